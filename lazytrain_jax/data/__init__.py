@@ -1,0 +1,1 @@
+"""data (to be filled)."""
