@@ -108,6 +108,13 @@ class ModelConfig:
                 raise ValueError(f"layer_kinds[{i}]={kind!r} is not supported; valid: {list(LAYER_KINDS)}")
         object.__setattr__(self, "extra_hf", dict(self.extra_hf))
 
+    def __hash__(self):  # dict-valued fields: hash a canonical JSON form instead of the field tuple
+        return hash(self.fingerprint())
+
+    def fingerprint(self) -> str:
+        """A canonical JSON string of every field; equal configs give equal fingerprints."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
+
     # ---- Hugging Face conversion -------------------------------------------------------------
 
     @classmethod

@@ -1,0 +1,128 @@
+"""The streaming units of a model as pure, jit-able functions of one unit's parameters.
+
+``get_units(config)`` builds (once per config) the GraphDef of each unit kind with ``nnx.eval_shape``
+and exposes pure functions ``embed``, ``layer(kind)``, ``head_loss`` and ``head_logits``. All layers of
+a kind share one GraphDef, so ``jax.jit`` of ``layer(kind)`` compiles once per kind and shape, never
+once per layer. The functions take parameters as nested dicts of arrays (Hugging Face names).
+
+Shape legend: B batch, S sequence, D hidden, V vocab, T tokens, N chunks, C tokens per chunk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from lazytrain_jax.model.config import ModelConfig
+from lazytrain_jax.model.layers import DecoderLayer, Embed, Head
+
+IGNORE_INDEX = -100
+LOSS_CHUNK_BYTES = 1 << 28  # fp32 logits per loss chunk: 256 MiB
+LAYER_MODULES = {"decoder": DecoderLayer}
+
+
+def loss_chunk_tokens(vocab_size: int, num_tokens: int, chunk_bytes: int = LOSS_CHUNK_BYTES) -> int:
+    """Tokens per loss chunk so one chunk's fp32 logits stay within ``chunk_bytes``."""
+    return max(1, min(num_tokens, chunk_bytes // (4 * vocab_size)))
+
+
+def shift_labels(labels_BxS):
+    """transformers' causal-LM convention: position s predicts labels[s + 1]; the last predicts nothing."""
+    pad_Bx1 = jnp.full((labels_BxS.shape[0], 1), IGNORE_INDEX, labels_BxS.dtype)
+    return jnp.concatenate([labels_BxS[:, 1:], pad_Bx1], axis=1)
+
+
+def default_positions(input_ids_BxS):
+    B, S = input_ids_BxS.shape
+    return jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelUnits:
+    """GraphDefs and pure functions of every unit of one ModelConfig."""
+
+    config: ModelConfig
+    embed_def: Any
+    head_def: Any
+    layer_defs: dict[str, Any]
+
+    def abstract_params(self, unit: str) -> dict:
+        """Shapes/dtypes (ShapeDtypeStruct tree) of ``"embed"``, ``"head"`` or a layer kind's params."""
+        return jax.tree.map(lambda x: x, _abstract(self.config, unit)[1])  # a fresh dict per call
+
+    def embed(self, params, input_ids_BxS):
+        return nnx.merge(self.embed_def, params)(input_ids_BxS)
+
+    def layer(self, kind: str) -> Callable:
+        """``fn(params, h_BxSxD, positions_BxS, attention_mask_BxS) -> h_BxSxD`` for layers of ``kind``."""
+        graphdef = self.layer_defs[kind]
+
+        def layer_fn(params, h_BxSxD, positions_BxS, attention_mask_BxS):
+            return nnx.merge(graphdef, params)(h_BxSxD, positions_BxS, attention_mask_BxS)
+
+        return layer_fn
+
+    def head_logits(self, params, tied_weight_VxD, h_BxSxD):
+        """Full fp32 logits [B, S, V] (reference path only; training uses ``head_loss``)."""
+        head = nnx.merge(self.head_def, params)
+        x_BxSxD = head.norm(h_BxSxD)
+        w_VxD = head.logits_weight(tied_weight_VxD)
+        return jnp.einsum("bsd,vd->bsv", x_BxSxD, w_VxD.astype(x_BxSxD.dtype),
+                          preferred_element_type=jnp.float32)
+
+    def head_loss(self, params, tied_weight_VxD, h_BxSxD, labels_BxS, chunk_tokens: int | None = None):
+        """Summed token cross-entropy and the number of counted tokens, chunked over tokens.
+
+        Labels are aligned with the inputs and shifted here (transformers' convention); -100 is
+        ignored. Each chunk's logits are recomputed in the backward pass (``jax.checkpoint``), so at
+        most one chunk of ``[C, V]`` fp32 logits exists at a time.
+
+        Returns:
+          (loss_sum, num_tokens): fp32 scalars; the mean loss is their ratio.
+        """
+        head = nnx.merge(self.head_def, params)
+        B, S, D = h_BxSxD.shape
+        T = B * S
+        x_TxD = head.norm(h_BxSxD).reshape(T, D)
+        w_VxD = head.logits_weight(tied_weight_VxD).astype(x_TxD.dtype)
+        t_T = shift_labels(labels_BxS).reshape(T)
+        C = chunk_tokens or loss_chunk_tokens(w_VxD.shape[0], T)
+        N = -(-T // C)
+        x_NxCxD = jnp.pad(x_TxD, ((0, N * C - T), (0, 0))).reshape(N, C, D)
+        t_NxC = jnp.pad(t_T, (0, N * C - T), constant_values=IGNORE_INDEX).reshape(N, C)
+
+        @jax.checkpoint
+        def chunk_loss(x_CxD, t_C):
+            logits_CxV = jnp.einsum("cd,vd->cv", x_CxD, w_VxD, preferred_element_type=jnp.float32)
+            lse_C = jax.nn.logsumexp(logits_CxV, axis=-1)
+            picked_C = jnp.take_along_axis(logits_CxV, jnp.maximum(t_C, 0)[:, None], axis=-1)[:, 0]
+            return jnp.sum(jnp.where(t_C != IGNORE_INDEX, lse_C - picked_C, 0.0))
+
+        def body(total, xs):
+            return total + chunk_loss(*xs), None
+
+        loss_sum, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), (x_NxCxD, t_NxC))
+        return loss_sum, jnp.sum(t_T != IGNORE_INDEX).astype(jnp.float32)
+
+
+@functools.lru_cache(maxsize=256)
+def _abstract(cfg: ModelConfig, unit: str):
+    ctor = {"embed": Embed, "head": Head}.get(unit) or LAYER_MODULES.get(unit)
+    if ctor is None:
+        raise ValueError(f"unit={unit!r} is not a unit kind; valid: ['embed', 'head', {', '.join(map(repr, LAYER_MODULES))}]")
+    module = nnx.eval_shape(lambda: ctor(cfg, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(module)
+    return graphdef, state.to_pure_dict()
+
+
+@functools.lru_cache(maxsize=64)
+def get_units(cfg: ModelConfig) -> ModelUnits:
+    """The (cached) units of ``cfg``."""
+    kinds = sorted(set(cfg.layer_kinds))
+    return ModelUnits(config=cfg, embed_def=_abstract(cfg, "embed")[0], head_def=_abstract(cfg, "head")[0],
+                      layer_defs={k: _abstract(cfg, k)[0] for k in kinds})
