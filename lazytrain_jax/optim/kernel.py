@@ -1,0 +1,186 @@
+"""The fused per-tensor update: clip, dequantize, Adam(W) in fp32, requantize, in one pass.
+
+Everything here is elementwise or a per-block reduction, so XLA fuses one tensor's update into a
+few loops over memory. Both the whole-tree optax transform (``adam8bit.py``) and the layer-by-layer
+host API (``layerwise.py``) call :func:`leaf_update`, so the two agree to the last bit.
+
+Legend: ``_nb`` = blocked view ``[num_blocks, block_size]``; ``_n1`` = per-block ``[num_blocks, 1]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from lazytrain_jax.optim import quantize as q
+
+
+class StepInfo(NamedTuple):
+    """What one optimizer step applies, shared by every tensor (and every layer) of the step.
+
+    Attributes:
+      count: int32, 1-based index of the step being applied (for bias correction).
+      clip_factor: fp32 multiplier of the gradients (1 when not clipping or under the max norm).
+      apply: bool; False skips the step (non-finite global norm): updates 0, state untouched.
+    """
+
+    count: jax.Array
+    clip_factor: jax.Array
+    apply: jax.Array
+
+
+class AdamHyperparams(NamedTuple):
+    """Numeric Adam(W) hyperparameters of one step (plain numbers or traced fp32 scalars).
+
+    ``learning_rate=None`` gives the bare Adam direction (``scale_by_adam_8bit``); otherwise the
+    update is ``-learning_rate * (adam + weight_decay * params)`` (optax ``adamw`` semantics).
+    """
+
+    b1: Any
+    b2: Any
+    eps: Any
+    learning_rate: Any = None
+    weight_decay: Any = 0.0
+
+
+def global_norm_fp32(tree) -> jax.Array:
+    """sqrt of the sum of squares of every leaf, accumulated in fp32 (as optax.global_norm)."""
+    leaves = jax.tree.leaves(tree)
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
+
+
+def begin_step(count, num_skipped, global_norm, max_grad_norm):
+    """Decides what a step applies from the global gradient norm.
+
+    Args:
+      count: int32, steps applied so far (the state's ``count``).
+      num_skipped: int32, steps skipped so far.
+      global_norm: fp32 global gradient norm, or None (then nothing is clipped or skipped).
+      max_grad_norm: clip threshold or None. Clipping follows ``optax.clip_by_global_norm``:
+        gradients are untouched when ``norm < max_grad_norm``, else scaled by
+        ``max_grad_norm / norm`` (no epsilon).
+
+    Returns:
+      ``(StepInfo, new_count, new_num_skipped)``; a non-finite norm gives ``apply=False``, leaves
+      ``count`` unchanged and increments ``num_skipped``.
+
+    Example:
+      >>> info, count, skipped = begin_step(jnp.int32(0), jnp.int32(0), jnp.float32(3.0), 1.0)
+      >>> float(info.clip_factor)  # 1/3
+    """
+    count = jnp.asarray(count, jnp.int32)
+    num_skipped = jnp.asarray(num_skipped, jnp.int32)
+    if global_norm is None:
+        info = StepInfo(count + 1, jnp.ones([], jnp.float32), jnp.ones([], jnp.bool_))
+        return info, count + 1, num_skipped
+    norm = jnp.asarray(global_norm, jnp.float32)
+    apply = jnp.isfinite(norm)
+    if max_grad_norm is None:
+        factor = jnp.ones([], jnp.float32)
+    else:
+        max_norm = jnp.asarray(max_grad_norm, jnp.float32)
+        factor = jnp.where(norm < max_norm, 1.0, max_norm / norm).astype(jnp.float32)
+    new_count = jnp.where(apply, count + 1, count)
+    info = StepInfo(count + 1, factor, apply)
+    return info, new_count, num_skipped + jnp.where(apply, 0, 1).astype(jnp.int32)
+
+
+def _f32(x):
+    """Hyperparameters enter the math as fp32 scalars, whether given as numbers or arrays."""
+    return jnp.asarray(x, jnp.float32)
+
+
+def _adam_direction(g, m_old, v_old, info: StepInfo, hp: AdamHyperparams):
+    g = g * info.clip_factor
+    b1, b2 = _f32(hp.b1), _f32(hp.b2)
+    m = (1.0 - b1) * g + b1 * m_old
+    v = (1.0 - b2) * (g * g) + b2 * v_old
+    bc1 = (1.0 - b1**info.count).astype(jnp.float32)
+    bc2 = (1.0 - b2**info.count).astype(jnp.float32)
+    u = (m / bc1) / (jnp.sqrt(v / bc2) + _f32(hp.eps))
+    return u, m, v
+
+
+def _finish(u, p, hp: AdamHyperparams, decay: bool):
+    if hp.learning_rate is None:
+        return u
+    if decay and p is not None:
+        u = u + _f32(hp.weight_decay) * p.astype(jnp.float32)
+    return -_f32(hp.learning_rate) * u
+
+
+def leaf_update(g, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *,
+                block_size: int, decay: bool = True):
+    """One tensor's fused update. The state format is read from ``mu``'s dtype.
+
+    Args:
+      g: gradient (any float dtype; the math runs in fp32).
+      p: parameter or None (needed for weight decay; fixes the updates' dtype).
+      mu, nu, mu_s, nu_s: the tensor's stored moments and per-block scales.
+      info: the step's :class:`StepInfo`.
+      hp: :class:`AdamHyperparams`.
+      block_size: the block size the state was created with.
+      decay: whether weight decay applies to this tensor.
+
+    Returns:
+      ``(updates, mu, nu, mu_s, nu_s)``; updates in ``p.dtype`` (``g.dtype`` without params).
+
+    Example:
+      >>> u, *moments = leaf_update(g, p, mu, nu, mu_s, nu_s, info, hp, block_size=256)
+    """
+    out_dtype = p.dtype if p is not None else g.dtype
+    fmt = q.format_of(mu.dtype)
+    g32 = g.astype(jnp.float32)
+    if fmt == "fp32":
+        u, m, v = _adam_direction(g32, mu, nu, info, hp)
+        u = _finish(u, p, hp, decay)
+        new = (jnp.where(info.apply, m, mu), jnp.where(info.apply, v, nu), mu_s, nu_s)
+        return jnp.where(info.apply, u, 0.0).astype(out_dtype), *new
+
+    shape = g.shape
+    ms_n1 = mu_s.reshape(-1, 1)
+    vs_n1 = nu_s.reshape(-1, 1)
+    m_old = q.decode_m_nb(q.to_blocks(mu, block_size), ms_n1)
+    v_old = q.decode_v_nb(q.to_blocks(nu, block_size), vs_n1)
+    g_nb = q.to_blocks(g32, block_size)
+    u_nb, m_nb, v_nb = _adam_direction(g_nb, m_old, v_old, info, hp)
+    p_nb = None if p is None else q.to_blocks(p, block_size)
+    u_nb = _finish(u_nb, p_nb, hp, decay)
+    u = q.from_blocks(u_nb, shape)
+
+    new_ms = jnp.where(info.apply, _absmax_n1(m_nb), ms_n1)
+    new_vs = jnp.where(info.apply, _absmax_n1(v_nb), vs_n1)
+    m_code = q.encode_m_nb(m_nb, new_ms, fmt)
+    v_code = q.encode_v_nb(v_nb, new_vs, fmt)
+    # Keep the state consistent: where v decodes to 0, m is stored as 0 too (else m / eps).
+    m_code = jnp.where(v_code == 0, jnp.zeros([], m_code.dtype), m_code)
+    new_mu = jnp.where(info.apply, q.from_blocks(m_code, shape), mu)
+    new_nu = jnp.where(info.apply, q.from_blocks(v_code, shape), nu)
+    return (jnp.where(info.apply, u, 0.0).astype(out_dtype), new_mu, new_nu,
+            new_ms.reshape(mu_s.shape), new_vs.reshape(nu_s.shape))
+
+
+def _absmax_n1(x_nb):
+    a = jnp.max(jnp.abs(x_nb), axis=1, keepdims=True)
+    return jnp.where(a < q.MIN_SCALE, 0.0, a)
+
+
+def tree_update(grads, mu, nu, mu_s, nu_s, params, info: StepInfo, hp: AdamHyperparams, *,
+                block_size: int, decay_mask=None):
+    """:func:`leaf_update` over matching trees; returns ``(updates, (mu, nu, mu_s, nu_s))``.
+
+    ``decay_mask`` is None (decay everything) or a tree of bools matching ``grads``.
+    """
+    g_leaves, treedef = jax.tree.flatten(grads)
+    flat = [treedef.flatten_up_to(t) for t in (mu, nu, mu_s, nu_s)]
+    p_leaves = [None] * len(g_leaves) if params is None else treedef.flatten_up_to(params)
+    d_leaves = [True] * len(g_leaves) if decay_mask is None else treedef.flatten_up_to(decay_mask)
+    outs = [
+        leaf_update(g, p, m, v, ms, vs, info, hp, block_size=block_size, decay=bool(d))
+        for g, p, m, v, ms, vs, d in zip(g_leaves, p_leaves, *flat, d_leaves)
+    ]
+    cols = list(zip(*outs)) if outs else [()] * 5
+    updates, *moments = (treedef.unflatten(list(c)) for c in cols)
+    return updates, tuple(moments)

@@ -1,0 +1,149 @@
+"""Layer-by-layer host updates: one shared step, one layer's slice of the state at a time.
+
+The streaming executor knows the global gradient norm when backward ends (it summed squares per
+layer), then updates the host master weights layer by layer while the next step's uploads start.
+The optimizer state mirrors the params tree, so a layer's slice of the state is the same keys as
+the layer's params. One step::
+
+    info, count, skipped = begin_step(state.count, state.num_skipped, global_norm, max_grad_norm)
+    hp = AdamHyperparams(b1, b2, eps, learning_rate=schedule(state.count), weight_decay=wd)
+    for i in range(num_layers):                  # forward order
+        moments = layer_moments(state, "layers", i)
+        master_i, bf16_i, moments = fused_layer_step(master_i, grads_i, moments, info, hp)
+        state = set_layer_moments(state, ("layers", i), moments)   # and upload bf16_i
+    state = state._replace(count=count, num_skipped=skipped)
+
+The result equals one whole-tree ``adamw_8bit`` update with the same hyperparameters (tested).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from lazytrain_jax.optim import kernel
+from lazytrain_jax.optim.kernel import AdamHyperparams, StepInfo
+
+
+class LayerMoments(NamedTuple):
+    """A subtree's slice of ``ScaleByAdam8bitState``: moments and per-block scales."""
+
+    mu: Any
+    nu: Any
+    mu_scales: Any
+    nu_scales: Any
+
+
+def _get(tree, keys):
+    for key in keys:
+        tree = tree[key]
+    return tree
+
+
+def _set(tree, keys, value):
+    if not keys:
+        return value
+    key, rest = keys[0], keys[1:]
+    if isinstance(tree, dict):
+        out = dict(tree)
+        out[key] = _set(tree[key], rest, value)
+        return out
+    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
+        out = list(tree)
+        out[key] = _set(tree[key], rest, value)
+        return out if isinstance(tree, list) else tuple(out)
+    raise ValueError(f"cannot index a {type(tree).__name__} with key {key!r}; valid containers: dict, list, tuple")
+
+
+def layer_moments(state, *keys) -> LayerMoments:
+    """The moments of the params subtree at ``keys`` (e.g. ``"layers", 3``).
+
+    Args:
+      state: a ``ScaleByAdam8bitState``.
+      *keys: dict keys / sequence indices leading from the params root to the subtree.
+
+    Returns:
+      :class:`LayerMoments` with the four matching subtrees.
+
+    Example:
+      >>> moments = layer_moments(state, "layers", 0)
+    """
+    return LayerMoments(*(_get(t, keys) for t in
+                          (state.mu, state.nu, state.mu_scales, state.nu_scales)))
+
+
+def set_layer_moments(state, keys: Sequence[Any], moments: LayerMoments):
+    """A copy of ``state`` whose subtree at ``keys`` holds ``moments`` (no arrays are copied).
+
+    Example:
+      >>> state = set_layer_moments(state, ("layers", 0), moments)
+    """
+    keys = tuple(keys)
+    return state._replace(
+        mu=_set(state.mu, keys, moments.mu), nu=_set(state.nu, keys, moments.nu),
+        mu_scales=_set(state.mu_scales, keys, moments.mu_scales),
+        nu_scales=_set(state.nu_scales, keys, moments.nu_scales),
+    )
+
+
+def apply_layer_update(grads, moments: LayerMoments, params, step: StepInfo, hp: AdamHyperparams,
+                       *, block_size: int = 256, decay_mask=None):
+    """Updates one subtree (e.g. a layer) for a step decided by :func:`begin_step`.
+
+    Args:
+      grads: the subtree's gradients (unclipped; ``step.clip_factor`` is applied here).
+      moments: the subtree's :class:`LayerMoments` (from :func:`layer_moments`).
+      params: the subtree's parameters (for weight decay and the updates' dtype), or None.
+      step: the step's :class:`StepInfo`, shared by every subtree of the step.
+      hp: :class:`AdamHyperparams` (``learning_rate=None`` for the bare Adam direction).
+      block_size: the block size the state was created with.
+      decay_mask: None (decay all) or a tree of Python bools matching ``grads``.
+
+    Returns:
+      ``(updates, new_moments)``; apply with ``optax.apply_updates``.
+
+    Example:
+      >>> updates, moments = apply_layer_update(g, moments, p, info, hp)
+    """
+    updates, new = kernel.tree_update(grads, *moments, params, step, hp, block_size=block_size,
+                                      decay_mask=decay_mask)
+    return updates, LayerMoments(*new)
+
+
+@functools.partial(jax.jit, static_argnames=("block_size", "copy_dtype", "decay_filter"),
+                   donate_argnums=(0, 2))
+def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: AdamHyperparams,
+                     *, block_size: int = 256, copy_dtype=jnp.bfloat16,
+                     decay_filter: Callable | None = None):
+    """One jitted pass over a layer: clip, Adam, fp32 master update and low-precision copy.
+
+    ``master`` and ``moments`` are donated (their buffers hold the results); run it on the CPU
+    backend on host-resident arrays. Hyperparameters are traced, so a schedule never recompiles.
+
+    Args:
+      master: the layer's fp32 master weights (donated).
+      grads: the layer's gradients (any float dtype).
+      moments: the layer's :class:`LayerMoments` (donated).
+      step: :class:`StepInfo` of the step; hp: :class:`AdamHyperparams`.
+      block_size: the state's block size (static).
+      copy_dtype: dtype of the streaming copy (static, default bf16).
+      decay_filter: optional static ``callable(path, leaf) -> bool``; False exempts a leaf from
+        weight decay (paths are relative to the layer).
+
+    Returns:
+      ``(new_master, new_copy, new_moments)``.
+
+    Example:
+      >>> master, bf16, moments = fused_layer_step(master, grads, moments, info, hp)
+    """
+    mask = None
+    if decay_filter is not None:
+        mask = jax.tree_util.tree_map_with_path(lambda path, p: bool(decay_filter(path, p)), master)
+    updates, new = kernel.tree_update(grads, *moments, master, step, hp, block_size=block_size,
+                                      decay_mask=mask)
+    new_master = jax.tree.map(lambda p, u: (p + u).astype(p.dtype), master, updates)
+    copy = jax.tree.map(lambda p: p.astype(copy_dtype), new_master)
+    return new_master, copy, LayerMoments(*new)
