@@ -193,7 +193,10 @@ class ModelConfig:
                 d = json.load(f)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
-        return cls.from_hf_dict(d, **overrides)
+        try:
+            return cls.from_hf_dict(d, **overrides)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The ``config.json`` dict that transformers' ``from_pretrained`` reads back to this model."""

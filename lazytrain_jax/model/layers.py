@@ -16,7 +16,10 @@ from flax import nnx
 from lazytrain_jax.model.config import ModelConfig
 from lazytrain_jax.model.rope import apply_rope, rope_cos_sin
 
-MASK_VALUE = -1e30  # finite: fully masked rows (left padding) stay NaN-free, like transformers' min-value mask
+# transformers' eager attention adds the dtype's minimum to masked scores. A fully masked row (a
+# left-padding query) then softmaxes to uniform weights, NaN-free, and gradients still flow through
+# its scores; adding (not selecting) keeps our gradients identical to the reference's there too.
+MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 
 
 class Linear(nnx.Module):
@@ -80,7 +83,7 @@ class Attention(nnx.Module):
         q_BxSxKxGxE = q_BxSxHxE.reshape(B, S, K, G, E)
         scores_BxKxGxSxS = jnp.einsum("bqkge,bske->bkgqs", q_BxSxKxGxE, k_BxSxKxE,
                                       preferred_element_type=jnp.float32) * (E ** -0.5)
-        scores_BxKxGxSxS = jnp.where(mask_BxSxS[:, None, None], scores_BxKxGxSxS, MASK_VALUE)
+        scores_BxKxGxSxS = scores_BxKxGxSxS + jnp.where(mask_BxSxS, 0.0, MASK_VALUE)[:, None, None]
         probs_BxKxGxSxS = jax.nn.softmax(scores_BxKxGxSxS, axis=-1).astype(v_BxSxKxE.dtype)
         out_BxSxKxGxE = jnp.einsum("bkgqs,bske->bqkge", probs_BxKxGxSxS, v_BxSxKxE)
         return self.o_proj(out_BxSxKxGxE.reshape(B, S, K * G * E))

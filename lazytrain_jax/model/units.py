@@ -117,7 +117,7 @@ def _abstract(cfg: ModelConfig, unit: str):
         raise ValueError(f"unit={unit!r} is not a unit kind; valid: ['embed', 'head', {', '.join(map(repr, LAYER_MODULES))}]")
     module = nnx.eval_shape(lambda: ctor(cfg, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(module)
-    return graphdef, state.to_pure_dict()
+    return graphdef, nnx.to_pure_dict(state)
 
 
 @functools.lru_cache(maxsize=64)
