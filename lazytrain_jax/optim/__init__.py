@@ -2,7 +2,7 @@
 
 Public API:
   * :func:`adamw_8bit`, :func:`scale_by_adam_8bit` -- optax transforms (``ScaleByAdam8bitState``).
-  * :func:`quantize`, :func:`dequantize` -- the blockwise code maps (``quantize.py`` documents
+  * :func:`quantize`, :func:`dequantize` -- the blockwise code maps (``blockwise.py`` documents
     them and their error bounds).
   * :func:`default_fp32_state_filter`, :func:`state_bytes_per_param` -- the hybrid policy.
   * :func:`begin_step`, :func:`apply_layer_update`, :func:`fused_layer_step`,
@@ -34,7 +34,7 @@ from lazytrain_jax.optim.policy import (
     no_fp32_state_filter,
     state_bytes_per_param,
 )
-from lazytrain_jax.optim.quantize import STATE_FORMATS, dequantize, quantize
+from lazytrain_jax.optim.blockwise import STATE_FORMATS, dequantize, quantize
 
 __all__ = [
     "DEFAULT_WEIGHT_DECAY",

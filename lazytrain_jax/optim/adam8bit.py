@@ -33,7 +33,7 @@ import optax
 
 from lazytrain_jax.optim import kernel
 from lazytrain_jax.optim import policy
-from lazytrain_jax.optim import quantize as q
+from lazytrain_jax.optim import blockwise as q
 
 STATIC_ARGS = ("block_size", "state_format", "min_8bit_size", "fp32_state_filter", "mask",
                "skip_nonfinite")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from lazytrain_jax.optim import quantize as q
+from lazytrain_jax.optim import blockwise as q
 
 Fp32StateFilter = Callable[[tuple, Any], bool]
 
