@@ -34,8 +34,9 @@ Formats (``state_format``):
 ``"fp8"`` -- float8 codes with per-block scales.
     m: ``float8_e4m3fn(m * 448 / s)``; v: ``float8_e4m3fn(448 * sqrt(v / s))`` (v = s (c/448)**2).
     Round-to-nearest-even in the scaled domain (the encoder's promise). Relative error of the
-    scaled value <= 2**-4 = 6.25 % for scaled magnitudes >= 2**-6 (normal range); absolute error
-    <= 16 / 448 = 3.6 % of s at the top of the range; scaled values below 2**-10 flush to 0.
+    scaled value <= 2**-4 = 6.25 % for scaled magnitudes >= 2**-6 (normal range), so sqrt(v) is
+    within 6.25 % (v within 13 %); absolute error of m <= 16 / 448 = 3.6 % of s, of v
+    <= 2 * 16/448 + (16/448)**2 = 7.3 % of s; scaled values below 2**-10 flush to 0.
 
 ``"fp32"`` -- plain float32 moments (no scales).
 
