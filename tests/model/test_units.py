@@ -104,3 +104,11 @@ def test_batch_validation_names_the_key():
         lt.loss_and_grad(model, {"input_ids": ids, "attention_mask": ids})
     with pytest.raises(ValueError, match=r"batch\['labels'\] has shape \(2, 3\)"):
         lt.loss_and_grad(model, {"input_ids": ids, "attention_mask": ids, "labels": ids[:, :3]})
+
+
+def test_bf16_params_run_close_to_fp32():
+    ids = np.random.default_rng(0).integers(0, 256, (2, 8)).astype(np.int32)
+    f32 = np.asarray(lt.forward(lt.init_model("qwen3-debug"), ids))
+    bf16 = np.asarray(lt.forward(lt.init_model("qwen3-debug", dtype="bfloat16"), ids))
+    assert np.isfinite(bf16).all()
+    assert np.max(np.abs(bf16 - f32)) / np.max(np.abs(f32)) < 5e-2
