@@ -168,6 +168,22 @@ def _shards(named: list[tuple[str, np.ndarray]], max_shard_bytes: int | None) ->
     return shards + [current] if current else shards
 
 
+def _is_weights_file(name: str) -> bool:
+    return name == "config.json" or (name.startswith("model") and ".safetensors" in name)
+
+
+def _carry_other_files(old_dir: str, new_dir: str) -> None:
+    """Keeps what else lives in a checkpoint directory being replaced (tokenizer, generation config)."""
+    for name in os.listdir(old_dir):
+        if _is_weights_file(name) or os.path.exists(os.path.join(new_dir, name)):
+            continue
+        src, dst = os.path.join(old_dir, name), os.path.join(new_dir, name)
+        if os.path.isdir(src):
+            shutil.copytree(src, dst, symlinks=True)
+        else:
+            shutil.copy2(src, dst, follow_symlinks=False)
+
+
 def save_hf(model: Model, path: str | os.PathLike, dtype: str | None = None,
             max_shard_bytes: int | None = None) -> None:
     """Writes ``config.json`` + safetensors that ``transformers.AutoModelForCausalLM.from_pretrained`` loads.
@@ -177,7 +193,8 @@ def save_hf(model: Model, path: str | os.PathLike, dtype: str | None = None,
 
     Args:
       model: the Model to save.
-      path: output directory (created; an existing checkpoint there is replaced).
+      path: output directory (created; the weights and config.json of an existing checkpoint there
+        are replaced, its other files such as the tokenizer are kept).
       dtype: tensor dtype in the files (default: the model's).
       max_shard_bytes: split into ``model-0000k-of-0000n.safetensors`` shards plus an index.
 
@@ -214,6 +231,7 @@ def save_hf(model: Model, path: str | os.PathLike, dtype: str | None = None,
             with open(os.path.join(tmp, INDEX_FILE), "w") as f:
                 json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
         if os.path.exists(path):
+            _carry_other_files(path, tmp)
             old = path + ".old-" + os.path.basename(tmp)
             os.rename(path, old)
             os.rename(tmp, path)

@@ -56,8 +56,10 @@ def test_save_bf16_and_reload(tmp_path):
 
 
 def test_save_replaces_existing_checkpoint(tmp_path):
-    lt.save_hf(lt.init_model("llama-debug", seed=0), tmp_path / "ck")
+    lt.save_hf(lt.init_model("llama-debug", seed=0), tmp_path / "ck", max_shard_bytes=30_000)
+    (tmp_path / "ck" / "tokenizer.json").write_text("{}")
     lt.save_hf(lt.init_model("llama-debug", seed=1), tmp_path / "ck")
+    assert sorted(os.listdir(tmp_path / "ck")) == ["config.json", "model.safetensors", "tokenizer.json"]
     again = lt.load_model(tmp_path / "ck")
     ref = lt.init_model("llama-debug", seed=1)
     np.testing.assert_array_equal(again.params["embed"]["embed_tokens"]["weight"],
