@@ -1,0 +1,287 @@
+"""Costs: per-unit bytes and times of one step, from the model shape (analytic) or a profiler.
+
+Units are ``embed``, ``layer_0 .. layer_{L-1}``, ``head``. Every per-unit quantity is a list (layers
+of different kinds are first class), so the profiler of the executor can fill the same structure
+with measurements (``source="measured"``).
+
+Analytic formulas (tokens τ = batch × seq, micro-batch tokens τ_m = τ / num_micro_batches):
+
+- weights stream in bf16 (2 B/param); gradients go down in ``grad_dtype`` (bf16 or fp32).
+- the embedding runs on the host: its gathered rows (= boundary 0, τ·H·2 bytes) are its upload and
+  the gradient of boundary 0 is its download (scatter-added into the table on the host).
+- boundary bytes = batch × seq × hidden × 2 (bf16).
+- forward FLOPs of a decoder layer = 2·P_layer·τ + causal attention 4·S²·heads·head_dim·B / 2.
+  Backward = 2 × forward; with the in-layer (interior) recompute one more forward.
+- time of a call = FLOPs / (F · τ_m / (τ_m + t_half)): a rate that drops for small micro-batches.
+- interior residuals of a decoder layer kept by ``jax.vjp`` (bf16, per token): input-norm output H,
+  q/k/v (q_size + 2·kv_size), attention output q_size, a flash-style logsumexp (fp32 per head = 2
+  bf16 words per head), post-attention norm input and output 2H, MLP gate/up/act 3I:
+  ``(3H + 2·q_size + 2·kv_size + 2·heads + 3I) · 2`` bytes per token.
+- backward workspace of a layer (per micro-batch): its residuals rematerialised (at τ_m) plus the
+  gradients of the MLP gate and up projections (2·I·2 bytes per token at τ_m).
+- head: final norm + LM head + loss chunked over ``head_chunk_tokens`` tokens; forward 2·V·H·τ,
+  backward 4·V·H·τ, both in the head window; working set = head weights + head gradient + fp32
+  logits and their gradient for one chunk (2 · chunk · V · 4 bytes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Mapping, Sequence
+
+GRAD_DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+WEIGHT_BYTES_PER_PARAM = 2
+ACT_BYTES = 2
+HEAD_CHUNK_TOKENS = 4096
+
+_UNIT_LISTS = ("unit_names", "unit_kinds", "num_params", "weight_bytes", "grad_bytes", "fwd_time",
+               "bwd_time", "bwd_recompute_time")
+_LAYER_LISTS = ("residual_bytes", "workspace_bytes")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Costs:
+    """Per-unit costs of one training step at (batch, seq, micro-batches).
+
+    Unit lists have L + 2 entries (embed, layers, head); ``boundary_bytes`` has L + 1 (boundary i is
+    the input of layer i, full batch); ``residual_bytes`` (full batch) and ``workspace_bytes`` (one
+    micro-batch) have L. Times are seconds for the whole batch (all micro-batches); ``fwd_time`` of
+    the head holds its forward and backward (they run in one window) and its ``bwd_time`` is 0.
+
+    Args:
+      model_name: a label of the model; model_fingerprint: a hash of its shape.
+      batch_size, seq_len, num_micro_batches: the step these costs are for.
+      grad_dtype: dtype of gradients sent down (``bfloat16`` | ``float32``).
+      head_workspace_bytes: device bytes of the head/loss window (weights, gradient, logits chunk).
+      source: ``analytic`` | ``measured``.
+
+    Example:
+      >>> c = analytic_costs(get_preset("qwen2.5-7b"), batch_size=8, seq_len=1024, device_flops=4e14)
+      >>> Costs.from_dict(c.to_dict()) == c
+      True
+    """
+
+    model_name: str
+    model_fingerprint: str
+    batch_size: int
+    seq_len: int
+    num_micro_batches: int = 1
+    grad_dtype: str = "bfloat16"
+    unit_names: tuple[str, ...]
+    unit_kinds: tuple[str, ...]
+    num_params: tuple[int, ...]
+    weight_bytes: tuple[float, ...]
+    grad_bytes: tuple[float, ...]
+    fwd_time: tuple[float, ...]
+    bwd_time: tuple[float, ...]
+    bwd_recompute_time: tuple[float, ...]
+    boundary_bytes: tuple[float, ...]
+    residual_bytes: tuple[float, ...]
+    workspace_bytes: tuple[float, ...]
+    head_workspace_bytes: float
+    source: str = "analytic"
+
+    def __post_init__(self):
+        for name in _UNIT_LISTS + _LAYER_LISTS + ("boundary_bytes",):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("batch_size", "seq_len", "num_micro_batches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Costs.{name}={value!r} must be a positive integer")
+        if self.batch_size % self.num_micro_batches:
+            raise ValueError(f"Costs.num_micro_batches={self.num_micro_batches} must divide "
+                             f"batch_size={self.batch_size}")
+        if self.grad_dtype not in GRAD_DTYPE_BYTES:
+            raise ValueError(f"Costs.grad_dtype={self.grad_dtype!r}; valid: {sorted(GRAD_DTYPE_BYTES)}")
+        num_units = len(self.unit_names)
+        if num_units < 3:
+            raise ValueError(f"Costs needs embed, at least one layer and head; got {num_units} units")
+        for name in _UNIT_LISTS:
+            if len(getattr(self, name)) != num_units:
+                raise ValueError(f"Costs.{name} has {len(getattr(self, name))} entries; expected {num_units}")
+        for name in _LAYER_LISTS:
+            if len(getattr(self, name)) != num_units - 2:
+                raise ValueError(f"Costs.{name} has {len(getattr(self, name))} entries; "
+                                 f"expected {num_units - 2} (one per layer)")
+        if len(self.boundary_bytes) != num_units - 1:
+            raise ValueError(f"Costs.boundary_bytes has {len(self.boundary_bytes)} entries; "
+                             f"expected {num_units - 1} (num_layers + 1)")
+        for name in _UNIT_LISTS[2:] + _LAYER_LISTS + ("boundary_bytes",):
+            for i, value in enumerate(getattr(self, name)):
+                if not value >= 0:
+                    raise ValueError(f"Costs.{name}[{i}]={value!r} must be >= 0")
+        if self.source not in ("analytic", "measured"):
+            raise ValueError(f"Costs.source={self.source!r}; valid: ['analytic', 'measured']")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.unit_names) - 2
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.batch_size // self.num_micro_batches
+
+    @property
+    def tokens(self) -> int:
+        return self.batch_size * self.seq_len
+
+    def layer(self, name: str) -> tuple:
+        """Per-layer slice of a unit list (drops embed and head)."""
+        return getattr(self, name)[1:-1]
+
+    def total_params(self) -> int:
+        return sum(self.num_params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Costs":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - fields)
+        if unknown:
+            raise ValueError(f"Costs: unknown field {unknown[0]!r}; valid: {sorted(fields)}")
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> "Costs":
+        return cls.from_dict(json.loads(text))
+
+    def summary(self) -> dict[str, Any]:
+        """Totals for records: parameters, bytes and seconds of one step."""
+        return dict(model_name=self.model_name, model_fingerprint=self.model_fingerprint,
+                    num_layers=self.num_layers, batch_size=self.batch_size, seq_len=self.seq_len,
+                    num_micro_batches=self.num_micro_batches, grad_dtype=self.grad_dtype, source=self.source,
+                    total_params=self.total_params(), weight_bytes=sum(self.weight_bytes),
+                    boundary_bytes=sum(self.boundary_bytes), fwd_time=sum(self.fwd_time),
+                    bwd_time=sum(self.bwd_time), bwd_recompute_time=sum(self.bwd_recompute_time))
+
+
+def config_fingerprint(config) -> str:
+    """A short stable hash of a ModelConfig's shape (what a plan depends on)."""
+    keys = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+            "num_kv_heads", "head_dim", "qkv_bias", "o_bias", "mlp_bias", "qk_norm", "tie_word_embeddings")
+    payload = {k: getattr(config, k) for k in keys}
+    payload["layer_kinds"] = list(config.layer_kinds)
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_name(config) -> str:
+    return f"{config.model_type}-L{config.num_layers}-H{config.hidden_size}"
+
+
+def decoder_residual_elems_per_token(config) -> int:
+    """Interior residual elements per token of one decoder layer (see the module docstring)."""
+    h, i = config.hidden_size, config.intermediate_size
+    return 3 * h + 2 * config.q_size + 2 * config.kv_size + 2 * config.num_heads + 3 * i
+
+
+def layer_fwd_flops(config, kind: str, batch_size: int, seq_len: int) -> float:
+    """Forward FLOPs of one layer for a batch: matmuls plus causal attention."""
+    tokens = batch_size * seq_len
+    attention = 4.0 * seq_len**2 * config.num_heads * config.head_dim * batch_size / 2
+    return 2.0 * config.layer_num_params(kind) * tokens + attention
+
+
+def achieved_rate(device_flops: float, efficiency_half_tokens: float, call_tokens: int) -> float:
+    return device_flops * call_tokens / (call_tokens + efficiency_half_tokens)
+
+
+def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float,
+                   num_micro_batches: int = 1, efficiency_half_tokens: float = 256.0,
+                   grad_dtype: str = "bfloat16", model_name: str | None = None) -> Costs:
+    """Costs of one step from the model shape (see the module docstring for every formula).
+
+    Args:
+      config: a ModelConfig.
+      batch_size, seq_len: the step; num_micro_batches: layer-major micro-batches (divides batch).
+      device_flops, efficiency_half_tokens: achieved rate (see Hardware).
+      grad_dtype: ``bfloat16`` | ``float32`` gradients sent to the host.
+      model_name: a label; defaults to ``model_type-L{layers}-H{hidden}``.
+    Returns:
+      Costs with ``source="analytic"``.
+    Example:
+      >>> analytic_costs(get_preset("dense-27b"), batch_size=72, seq_len=1024, device_flops=5e14)
+    """
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("num_micro_batches", num_micro_batches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name}={value!r} must be a positive integer")
+    if batch_size % num_micro_batches:
+        raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
+    if grad_dtype not in GRAD_DTYPE_BYTES:
+        raise ValueError(f"grad_dtype={grad_dtype!r}; valid: {sorted(GRAD_DTYPE_BYTES)}")
+    if not device_flops > 0:
+        raise ValueError(f"device_flops={device_flops!r} must be > 0")
+    tokens = batch_size * seq_len
+    micro = batch_size // num_micro_batches
+    rate = achieved_rate(device_flops, efficiency_half_tokens, micro * seq_len)
+    gbytes = GRAD_DTYPE_BYTES[grad_dtype]
+    h, v = config.hidden_size, config.vocab_size
+    boundary = float(tokens * h * ACT_BYTES)
+
+    names, kinds, params, wbytes, gbytes_l, fwd, bwd, bwd_rc = [], [], [], [], [], [], [], []
+    residual, workspace = [], []
+    # embed: host gather; upload the gathered rows, download the gradient of boundary 0.
+    names.append("embed"); kinds.append("embed"); params.append(config.embed_num_params())
+    wbytes.append(boundary); gbytes_l.append(boundary); fwd.append(0.0); bwd.append(0.0); bwd_rc.append(0.0)
+    for idx, kind in enumerate(config.layer_kinds):
+        p = config.layer_num_params(kind)
+        f = layer_fwd_flops(config, kind, batch_size, seq_len) / rate
+        names.append(f"layer_{idx}"); kinds.append(kind); params.append(p)
+        wbytes.append(float(p * WEIGHT_BYTES_PER_PARAM)); gbytes_l.append(float(p * gbytes))
+        fwd.append(f); bwd.append(2 * f); bwd_rc.append(3 * f)
+        res_tok = decoder_residual_elems_per_token(config) * ACT_BYTES
+        residual.append(float(res_tok * tokens))
+        workspace.append(float((res_tok + 2 * config.intermediate_size * ACT_BYTES) * micro * seq_len))
+    head_params = config.head_num_params()
+    head_matrix = v * h  # the LM head matmul uses the (possibly tied) V x H matrix
+    chunk = min(HEAD_CHUNK_TOKENS, micro * seq_len)
+    names.append("head"); kinds.append("head"); params.append(head_params)
+    head_w = float((head_matrix + h) * WEIGHT_BYTES_PER_PARAM)
+    head_g = float((head_matrix + h) * gbytes)
+    wbytes.append(head_w); gbytes_l.append(head_g)
+    fwd.append(6.0 * head_matrix * tokens / rate); bwd.append(0.0); bwd_rc.append(0.0)
+    head_ws = head_w + head_g + 2.0 * chunk * v * 4
+    return Costs(model_name=model_name or config_name(config), model_fingerprint=config_fingerprint(config),
+                 batch_size=batch_size, seq_len=seq_len, num_micro_batches=num_micro_batches,
+                 grad_dtype=grad_dtype, unit_names=tuple(names), unit_kinds=tuple(kinds),
+                 num_params=tuple(params), weight_bytes=tuple(wbytes), grad_bytes=tuple(gbytes_l),
+                 fwd_time=tuple(fwd), bwd_time=tuple(bwd), bwd_recompute_time=tuple(bwd_rc),
+                 boundary_bytes=(boundary,) * (config.num_layers + 1), residual_bytes=tuple(residual),
+                 workspace_bytes=tuple(workspace), head_workspace_bytes=head_ws)
+
+
+def synthetic_costs(*, num_layers: int, weight_bytes: Sequence[float] | float, boundary_bytes: Sequence[float] | float,
+                    fwd_time: Sequence[float] | float, residual_bytes: Sequence[float] | float = 0.0,
+                    workspace_bytes: float = 0.0, head_time: float = 0.0, head_bytes: float = 0.0,
+                    embed_bytes: float | None = None, num_params: Sequence[int] | int | None = None,
+                    batch_size: int = 1, seq_len: int = 1, grad_scale: float = 1.0,
+                    head_workspace_bytes: float = 0.0, bwd_ratio: float = 2.0) -> Costs:
+    """Hand-made Costs for tests and what-if studies (scalars broadcast over layers).
+
+    Example:
+      >>> synthetic_costs(num_layers=4, weight_bytes=1e9, boundary_bytes=2e8, fwd_time=0.05)
+    """
+    def per_layer(x, n):
+        return [float(v) for v in x] if isinstance(x, (list, tuple)) else [float(x)] * n
+    wl, fl, rl = per_layer(weight_bytes, num_layers), per_layer(fwd_time, num_layers), per_layer(residual_bytes, num_layers)
+    al = per_layer(boundary_bytes, num_layers + 1)
+    pl = ([int(w / 2) for w in wl] if num_params is None else
+          list(num_params) if isinstance(num_params, (list, tuple)) else [int(num_params)] * num_layers)
+    emb = al[0] if embed_bytes is None else float(embed_bytes)
+    return Costs(model_name=f"synthetic-L{num_layers}", model_fingerprint="synthetic", batch_size=batch_size,
+                 seq_len=seq_len, unit_names=("embed",) + tuple(f"layer_{i}" for i in range(num_layers)) + ("head",),
+                 unit_kinds=("embed",) + ("decoder",) * num_layers + ("head",),
+                 num_params=tuple([int(emb / 2)] + pl + [int(head_bytes / 2)]),
+                 weight_bytes=tuple([emb] + wl + [head_bytes]),
+                 grad_bytes=tuple([emb] + [w * grad_scale for w in wl] + [head_bytes * grad_scale]),
+                 fwd_time=tuple([0.0] + fl + [head_time]), bwd_time=tuple([0.0] + [bwd_ratio * f for f in fl] + [0.0]),
+                 bwd_recompute_time=tuple([0.0] + [(bwd_ratio + 1) * f for f in fl] + [0.0]),
+                 boundary_bytes=tuple(al), residual_bytes=tuple(rl),
+                 workspace_bytes=tuple([float(workspace_bytes)] * num_layers), head_workspace_bytes=head_workspace_bytes)

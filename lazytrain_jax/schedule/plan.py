@@ -1,0 +1,227 @@
+"""Plan: the decisions the executor carries out, what they were solved for, and what they predict.
+
+A Plan is a frozen dataclass with a versioned JSON round trip. It embeds the Costs and Hardware it
+was solved for, so it can be simulated, explained and checked against a model without the planner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping
+
+from lazytrain_jax.schedule import memory
+from lazytrain_jax.schedule.costs import Costs
+from lazytrain_jax.schedule.hardware import Hardware
+
+PLAN_VERSION = 1
+OPTIMIZER_MODES = ("pipelined", "serial")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Plan:
+    """One step's schedule for a model, batch and sequence length on one hardware.
+
+    Decisions:
+      boundary_tiers: L + 1 entries in ``device | host | nvme | drop`` (0 and L on device; NVMe only
+        for boundaries 1..L-3, whose write and read windows are then ordered). A dropped run of
+        boundaries between kept s and e is recomputed from s when the backward pass enters the
+        segment (``segments``); layer j is recomputed iff boundary j + 1 is dropped.
+      keep_residuals: per layer, keep the interior residuals from forward (skip its in-layer recompute).
+      resident_tail: the last k layers keep their weights on device from forward into backward.
+      weight_prefetch_depth, act_prefetch_depth: look-ahead of weight and activation transfers.
+      optimizer_mode: ``pipelined`` (host update of each unit overlapped with the next step's
+        forward) or ``serial`` (the whole update before the next step, MegaTrain's tail).
+      costs: the Costs solved for (batch_size, seq_len and num_micro_batches live there).
+      hardware: the Hardware solved for.
+    Predictions and provenance:
+      name (``milp`` or a heuristic), predicted_step_time_s, predicted_peak_device_bytes,
+      predicted_peak_host_bytes, predicted_peak_nvme_bytes, solver_status, gap, solve_time_s.
+
+    Example:
+      >>> plan = lt.plan("qwen2.5-7b", "rtx3090", batch_size=4, seq_len=1024)
+      >>> Plan.from_json(plan.to_json()) == plan
+      True
+    """
+
+    version: int = PLAN_VERSION
+    name: str
+    boundary_tiers: tuple[str, ...]
+    keep_residuals: tuple[bool, ...]
+    resident_tail: int = 0
+    weight_prefetch_depth: int = 1
+    act_prefetch_depth: int = 1
+    optimizer_mode: str = "pipelined"
+    costs: Costs
+    hardware: Hardware
+    predicted_step_time_s: float = 0.0
+    predicted_peak_device_bytes: float = 0.0
+    predicted_peak_host_bytes: float = 0.0
+    predicted_peak_nvme_bytes: float = 0.0
+    solver_status: str = "unsolved"
+    gap: float | None = None
+    solve_time_s: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "boundary_tiers", tuple(self.boundary_tiers))
+        object.__setattr__(self, "keep_residuals", tuple(bool(r) for r in self.keep_residuals))
+        validate_decisions(self.costs.num_layers, self.boundary_tiers, self.keep_residuals, self.resident_tail,
+                           self.weight_prefetch_depth, self.act_prefetch_depth, self.optimizer_mode)
+        if self.version != PLAN_VERSION:
+            raise ValueError(f"Plan.version={self.version!r} is not supported; valid: [{PLAN_VERSION}]")
+
+    # ---- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, costs: Costs, hardware: Hardware, *, name: str, boundary_tiers, keep_residuals=None,
+               resident_tail: int = 0, weight_prefetch_depth: int = 1, act_prefetch_depth: int = 1,
+               optimizer_mode: str = "pipelined", solver_status: str = "heuristic", gap: float | None = None,
+               solve_time_s: float = 0.0) -> "Plan":
+        """A Plan with its predictions filled in from the timing and memory models.
+
+        Example:
+          >>> Plan.create(costs, hw, name="mine", boundary_tiers=["device"] * (costs.num_layers + 1))
+        """
+        from lazytrain_jax.schedule import timing
+        keep = tuple(keep_residuals) if keep_residuals is not None else (False,) * costs.num_layers
+        draft = cls(name=name, boundary_tiers=tuple(boundary_tiers), keep_residuals=keep,
+                    resident_tail=resident_tail, weight_prefetch_depth=weight_prefetch_depth,
+                    act_prefetch_depth=act_prefetch_depth, optimizer_mode=optimizer_mode, costs=costs,
+                    hardware=hardware, solver_status=solver_status, gap=gap, solve_time_s=solve_time_s)
+        return dataclasses.replace(
+            draft, predicted_step_time_s=timing.step_time(costs, hardware, draft),
+            predicted_peak_device_bytes=memory.device_peak_bytes(costs, hardware, draft),
+            predicted_peak_host_bytes=memory.host_peak_bytes(costs, draft),
+            predicted_peak_nvme_bytes=memory.nvme_peak_bytes(costs, draft))
+
+    def replace(self, **changes) -> "Plan":
+        return dataclasses.replace(self, **changes)
+
+    # ---- derived --------------------------------------------------------------------------
+
+    @property
+    def num_layers(self) -> int:
+        return self.costs.num_layers
+
+    @property
+    def batch_size(self) -> int:
+        return self.costs.batch_size
+
+    @property
+    def seq_len(self) -> int:
+        return self.costs.seq_len
+
+    @property
+    def num_micro_batches(self) -> int:
+        return self.costs.num_micro_batches
+
+    @property
+    def segments(self) -> list[tuple[int, int]]:
+        """Edges (s, e) of the kept-boundary path; layers s..e-2 are recomputed when e - s >= 2."""
+        return memory.segments(self.boundary_tiers)
+
+    @property
+    def recompute(self) -> tuple[bool, ...]:
+        """Per layer: is its forward re-run in backward (its output boundary dropped)."""
+        return tuple(t == "drop" for t in self.boundary_tiers[1:])
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.costs.tokens / self.predicted_step_time_s
+
+    @property
+    def tflops(self) -> float:
+        """MegaTrain's convention: 6 · parameters · tokens / step time, in TFLOP/s."""
+        return 6.0 * self.costs.total_params() * self.tokens_per_s / 1e12
+
+    def fits(self) -> bool:
+        hw = self.hardware
+        return (self.predicted_peak_device_bytes <= hw.device_memory * (1 + 1e-9)
+                and self.predicted_peak_host_bytes <= hw.host_memory * (1 + 1e-9)
+                and self.predicted_peak_nvme_bytes <= hw.nvme_memory * (1 + 1e-9))
+
+    def explain(self) -> str:
+        """A per-layer table (tier, recompute, residuals, resident, transfers) with totals."""
+        from lazytrain_jax.schedule.explain import explain
+        return explain(self)
+
+    # ---- JSON ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["boundary_tiers"] = list(self.boundary_tiers)
+        d["keep_residuals"] = list(self.keep_residuals)
+        d["costs"] = self.costs.to_dict()
+        d["hardware"] = self.hardware.to_dict()
+        return d
+
+    def to_json(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, expect_fingerprint: str | None = None) -> "Plan":
+        """Reads a Plan dict; another version or (with ``expect_fingerprint``) another model raises."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a Plan must be a JSON object; got {type(d).__name__}")
+        version = d.get("version")
+        if version != PLAN_VERSION:
+            raise ValueError(f"Plan.version={version!r} is not supported; valid: [{PLAN_VERSION}]")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - fields)
+        if unknown:
+            raise ValueError(f"Plan: unknown field {unknown[0]!r}; valid: {sorted(fields)}")
+        plan = cls(**{**d, "costs": Costs.from_dict(d["costs"]), "hardware": Hardware.from_dict(d["hardware"])})
+        if expect_fingerprint is not None and plan.costs.model_fingerprint != expect_fingerprint:
+            raise ValueError(f"Plan.costs.model_fingerprint={plan.costs.model_fingerprint!r} was solved for "
+                             f"another model ({plan.costs.model_name}); expected {expect_fingerprint!r}")
+        return plan
+
+    @classmethod
+    def from_json(cls, text: str, *, model=None) -> "Plan":
+        """Parses ``to_json`` output; ``model`` (a Model or ModelConfig) checks it was solved for it.
+
+        Example:
+          >>> Plan.from_json(open("plan.json").read(), model=model)
+        """
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"Plan JSON is not valid JSON ({e})") from None
+        fingerprint = None
+        if model is not None:
+            from lazytrain_jax.schedule.costs import config_fingerprint
+            fingerprint = config_fingerprint(getattr(model, "config", model))
+        return cls.from_dict(d, expect_fingerprint=fingerprint)
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            f.write(self.to_json())
+
+    @classmethod
+    def load(cls, path: str, *, model=None) -> "Plan":
+        with open(path) as f:
+            return cls.from_json(f.read(), model=model)
+
+
+def validate_decisions(num_layers: int, tiers, keep_residuals, resident_tail: int, weight_prefetch_depth: int,
+                       act_prefetch_depth: int, optimizer_mode: str) -> None:
+    """Raises ValueError naming the field when a decision is outside the decision space."""
+    if len(tiers) != num_layers + 1:
+        raise ValueError(f"Plan.boundary_tiers has {len(tiers)} entries; expected num_layers + 1 = {num_layers + 1}")
+    for i, t in enumerate(tiers):
+        if t not in memory.TIERS:
+            raise ValueError(f"Plan.boundary_tiers[{i}]={t!r}; valid: {list(memory.TIERS)}")
+    if tiers[0] != "device" or tiers[-1] != "device":
+        raise ValueError(f"Plan.boundary_tiers[0] and [{num_layers}] must be 'device'; got {tiers[0]!r}, {tiers[-1]!r}")
+    for i, t in enumerate(tiers):
+        if t == "nvme" and not 1 <= i <= num_layers - 3:
+            raise ValueError(f"Plan.boundary_tiers[{i}]='nvme' is not allowed; NVMe holds boundaries 1..{num_layers - 3}")
+    if len(keep_residuals) != num_layers:
+        raise ValueError(f"Plan.keep_residuals has {len(keep_residuals)} entries; expected {num_layers}")
+    if isinstance(resident_tail, bool) or not isinstance(resident_tail, int) or not 0 <= resident_tail <= num_layers:
+        raise ValueError(f"Plan.resident_tail={resident_tail!r}; valid: 0..{num_layers}")
+    for name, value in (("weight_prefetch_depth", weight_prefetch_depth), ("act_prefetch_depth", act_prefetch_depth)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"Plan.{name}={value!r} must be an integer >= 1")
+    if optimizer_mode not in OPTIMIZER_MODES:
+        raise ValueError(f"Plan.optimizer_mode={optimizer_mode!r}; valid: {list(OPTIMIZER_MODES)}")
