@@ -147,8 +147,9 @@ def _make(b1, b2, eps, learning_rate, weight_decay, max_grad_norm, mask, block_s
             params, block_size=block_size, state_format=state_format,
             min_8bit_size=min_8bit_size, fp32_state_filter=filt,
         )
-        zero = jnp.zeros([], jnp.int32)
-        return ScaleByAdam8bitState(zero, zero, mu, nu, mu_s, nu_s)
+        # two distinct buffers: a donated state must not alias one array twice
+        return ScaleByAdam8bitState(jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32),
+                                    mu, nu, mu_s, nu_s)
 
     def update_fn(updates, state, params=None, *, global_norm=None, **extra_args):
         del extra_args
