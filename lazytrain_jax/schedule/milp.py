@@ -24,6 +24,9 @@ resident tail is inside. Model size is O(L·S) variables and constraints.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 
 import mip
@@ -34,7 +37,8 @@ from lazytrain_jax.schedule.plan import Plan
 
 def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
           time_limit_s: float = 30.0, rel_gap: float = 1e-4, warm_start: Plan | None = None,
-          objective: str = "time", verbose: bool = False) -> Plan | None:
+          objective: str = "time", cutoff: float | None = None, relax: bool = False,
+          verbose: bool = False) -> Plan | float | None:
     """Solves the planning MILP for ``costs`` on ``hardware``.
 
     Args:
@@ -46,8 +50,10 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       warm_start: a Plan inside the decision space to start from (e.g. the best heuristic).
       objective: ``time`` (predicted step time) or ``memory`` (minimum peak device bytes, ignoring
         the device budget: used to report what would be feasible).
+      cutoff: only plans with an objective below this are of interest (None when there is none).
+      relax: solve only the LP relaxation and return its objective (a lower bound), inf if infeasible.
     Returns:
-      The optimal (or best found) Plan, or None when no plan fits the budgets.
+      The optimal (or best found) Plan, or None when no plan fits the budgets (or beats ``cutoff``).
     Example:
       >>> plan = solve(costs, Hardware.preset("h800"))
     """
@@ -219,6 +225,13 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         start = _start_values(warm_start, x, dev, host, nv, res, r)
         if start:
             m.start = start
+    if relax:
+        with _quiet_stdout():
+            status = m.optimize(relax=True)
+        ok = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
+        return float(m.objective_value) if ok else float("inf")
+    if cutoff is not None:
+        m.cutoff = cutoff
     m.max_mip_gap = rel_gap
     m.max_mip_gap_abs = 1e-9
     status = m.optimize(max_seconds=time_limit_s)
@@ -276,3 +289,18 @@ def _start_values(plan, x, dev, host, nv, res, r):
     if plan.resident_tail and any(l not in r for l in range(L - plan.resident_tail, L)):
         return []
     return start
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """CBC's LP relaxation prints to the C-level stdout even with verbose=0: silence fd 1."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)

@@ -1,0 +1,200 @@
+"""``lt.plan``: the step-time-optimal Plan for a model on a hardware, batch and sequence length.
+
+Outer loop (each choice changes Costs, so each is its own small MILP): the number of micro-batches
+(divisors of the batch, tried in order of their ideal lower bound and pruned once that bound
+cannot beat the best plan found) and, for ``batch_size="max" | "best"``, the batch size. Inside
+the MILP: checkpoints, tiers, recompute, residuals and the resident tail (see ``milp.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from lazytrain_jax.schedule import heuristics, memory, milp, timing
+from lazytrain_jax.schedule.costs import Costs, analytic_costs
+from lazytrain_jax.schedule.hardware import Hardware, as_hardware
+from lazytrain_jax.schedule.plan import Plan
+
+MAX_MICRO_BATCHES = 64
+
+
+def resolve_config(model):
+    """A ModelConfig from a preset name, a ModelConfig or anything with ``.config``."""
+    from lazytrain_jax.model.config import ModelConfig, get_preset
+    if isinstance(model, str):
+        return get_preset(model)
+    if isinstance(model, ModelConfig):
+        return model
+    config = getattr(model, "config", None)
+    if isinstance(config, ModelConfig):
+        return config
+    raise ValueError(f"model={model!r} must be a Model, a ModelConfig, a preset name or a Costs")
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}={value!r} must be a positive integer")
+
+
+def ideal_plan(costs: Costs, hardware: Hardware) -> Plan:
+    """Every boundary on device, every residual kept, every layer resident (ignores memory): no
+    plan on these Costs has a shorter step, so its time is a lower bound for pruning."""
+    num_layers = costs.num_layers
+    return Plan.create(costs, hardware, name="ideal", boundary_tiers=["device"] * (num_layers + 1),
+                       keep_residuals=[True] * num_layers, resident_tail=num_layers)
+
+
+def best_heuristic(costs: Costs, hardware: Hardware) -> Plan | None:
+    fitting = [p for p in heuristics.all_heuristics(costs, hardware) if p.fits()]
+    return min(fitting, key=lambda p: p.predicted_step_time_s, default=None)
+
+
+def plan_for_costs(costs: Costs, hardware: Hardware, cutoff: float | None = None, **solver_kw) -> Plan | None:
+    """The MILP plan for fixed Costs, warm-started from the best fitting heuristic (None if none fits,
+    or none beats ``cutoff``)."""
+    warm = best_heuristic(costs, hardware)
+    if warm is not None and cutoff is not None and warm.predicted_step_time_s >= cutoff:
+        warm = None
+    solved = milp.solve(costs, hardware, warm_start=warm, cutoff=cutoff, **solver_kw)
+    if warm is not None and (solved is None or warm.predicted_step_time_s < solved.predicted_step_time_s - 1e-9):
+        return warm  # a heuristic outside the MILP's space (e.g. longer segments) can win a time-out
+    return solved
+
+
+def micro_batch_candidates(batch_size: int) -> list[int]:
+    return [m for m in range(1, min(batch_size, MAX_MICRO_BATCHES) + 1) if batch_size % m == 0]
+
+
+def _costs_for(config, hardware, batch_size, seq_len, num_micro_batches, grad_dtype):
+    return analytic_costs(config, batch_size=batch_size, seq_len=seq_len, device_flops=hardware.device_flops,
+                          num_micro_batches=num_micro_batches,
+                          efficiency_half_tokens=hardware.efficiency_half_tokens, grad_dtype=grad_dtype)
+
+
+def plan_fixed_batch(config, hardware, batch_size, seq_len, *, num_micro_batches=None, grad_dtype="bfloat16",
+                     **solver_kw) -> Plan | None:
+    """Best plan over micro-batch counts for one batch size (None if nothing fits)."""
+    t0 = time.perf_counter()
+    ms = [num_micro_batches] if num_micro_batches is not None else micro_batch_candidates(batch_size)
+    candidates = []
+    for m in ms:
+        costs = _costs_for(config, hardware, batch_size, seq_len, m, grad_dtype)
+        if sum(memory.constant_bytes(costs, hardware).values()) > hardware.device_memory:
+            continue
+        candidates.append((timing.step_time(costs, hardware, ideal_plan(costs, hardware)), m, costs))
+    # prune with an upper bound (the best fitting heuristic), then order by the LP bound
+    upper = min((h.predicted_step_time_s for _, _, c in candidates if (h := best_heuristic(c, hardware))),
+                default=float("inf"))
+    candidates = [c for c in candidates if c[0] < upper * (1 + 1e-9)]
+    if len(candidates) > 1:
+        candidates = [(max(ideal, milp.solve(costs, hardware, relax=True, **solver_kw)), m, costs)
+                      for ideal, m, costs in candidates]
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    best = None
+    for bound, m, costs in candidates:
+        if best is not None and bound >= best.predicted_step_time_s * (1 - 1e-9):
+            break
+        cutoff = best.predicted_step_time_s if best is not None else None
+        solved = plan_for_costs(costs, hardware, cutoff=cutoff, **solver_kw)
+        if solved is not None and (best is None or solved.predicted_step_time_s < best.predicted_step_time_s):
+            best = solved
+    if best is not None:
+        best = dataclasses.replace(best, solve_time_s=time.perf_counter() - t0)
+    return best
+
+
+def min_device_bytes(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", **solver_kw) -> float:
+    """The smallest peak device memory of any plan for this batch (micro-batches of one sequence)."""
+    costs = _costs_for(config, hardware, batch_size, seq_len, batch_size if batch_size <= MAX_MICRO_BATCHES
+                       else max(micro_batch_candidates(batch_size)), grad_dtype)
+    roomy = hardware.replace(device_memory=1e30)
+    solved = milp.solve(costs, roomy, objective="memory", **solver_kw)
+    return float("inf") if solved is None else solved.predicted_peak_device_bytes
+
+
+def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", limit: int = 1 << 16, **solver_kw) -> int:
+    """The largest batch for which some plan fits (0 if even batch 1 does not)."""
+    def feasible(b):
+        return min_device_bytes(config, hardware, b, seq_len, grad_dtype=grad_dtype, **solver_kw) <= hardware.device_memory
+    if not feasible(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and feasible(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if feasible(mid) else (lo, mid)
+    return lo
+
+
+def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str = 1, seq_len: int = 1024,
+         num_micro_batches: int | None = None, grad_dtype: str = "bfloat16", max_segment_length: int = 8,
+         max_resident_tail: int = 8, time_limit_s: float = 30.0, rel_gap: float = 1e-4) -> Plan:
+    """The step-time-optimal Plan (python-mip / CBC) for a model on a hardware.
+
+    Args:
+      model: a Model (anything with ``.config``), a ModelConfig, a preset name, or a Costs (then
+        batch, sequence and micro-batches come from it and ``batch_size``/``seq_len`` are ignored).
+      hardware: a Hardware or a preset name (``Hardware.preset`` for overrides).
+      batch_size: sequences per step, ``"max"`` (largest feasible) or ``"best"`` (highest predicted
+        tokens/s among feasible batches).
+      seq_len: tokens per sequence.
+      num_micro_batches: fix the layer-major micro-batch count (default: optimised over divisors).
+      grad_dtype: ``bfloat16`` | ``float32`` gradients sent to the host.
+      max_segment_length, max_resident_tail: size limits of the MILP's decision space.
+      time_limit_s, rel_gap: CBC limits per MILP (the incumbent and its gap are reported).
+    Returns:
+      The Plan, with predicted step time, peak bytes, solver status, gap and solve time.
+    Raises:
+      ValueError: on bad input, or when nothing fits (naming the smallest device memory that would
+        fit this batch and the largest batch that fits this device).
+    Example:
+      >>> p = plan("qwen2.5-7b", "rtx3090", batch_size="max", seq_len=1024)
+      >>> print(p.explain())
+    """
+    hw = as_hardware(hardware)
+    solver_kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                     time_limit_s=time_limit_s, rel_gap=rel_gap)
+    _check_positive_int("max_segment_length", max_segment_length)
+    if isinstance(model, Costs):
+        result = plan_for_costs(model, hw, **solver_kw)
+        if result is None:
+            raise ValueError(f"no plan for these Costs fits {hw.name}: device_memory={hw.device_memory / 1e9:.2f} GB")
+        return result
+    config = resolve_config(model)
+    _check_positive_int("seq_len", seq_len)
+    if num_micro_batches is not None:
+        _check_positive_int("num_micro_batches", num_micro_batches)
+    if batch_size in ("max", "best"):
+        largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, **solver_kw)
+        if largest == 0:
+            need = min_device_bytes(config, hw, 1, seq_len, grad_dtype=grad_dtype, **solver_kw)
+            raise ValueError(f"batch_size={batch_size!r}: not even batch 1 fits {hw.name}: it needs at least "
+                             f"{need / 1e9:.2f} GB of device memory (device_memory={hw.device_memory / 1e9:.2f} GB)")
+        if batch_size == "max":
+            return _plan_or_raise(config, hw, largest, seq_len, num_micro_batches, grad_dtype, solver_kw)
+        batches = sorted({largest, *(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < largest),
+                          *(int(largest * f) for f in (0.5, 0.75, 0.9) if int(largest * f) >= 1)})
+        plans = [plan_fixed_batch(config, hw, b, seq_len, num_micro_batches=None, grad_dtype=grad_dtype, **solver_kw)
+                 for b in batches]
+        return max((p for p in plans if p is not None), key=lambda p: p.tokens_per_s)
+    if batch_size is None or isinstance(batch_size, str):
+        raise ValueError(f"batch_size={batch_size!r} must be a positive integer, 'max' or 'best'")
+    _check_positive_int("batch_size", batch_size)
+    if num_micro_batches is not None and batch_size % num_micro_batches:
+        raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
+    return _plan_or_raise(config, hw, batch_size, seq_len, num_micro_batches, grad_dtype, solver_kw)
+
+
+def _plan_or_raise(config, hw, batch_size, seq_len, num_micro_batches, grad_dtype, solver_kw) -> Plan:
+    result = plan_fixed_batch(config, hw, batch_size, seq_len, num_micro_batches=num_micro_batches,
+                              grad_dtype=grad_dtype, **solver_kw)
+    if result is not None:
+        return result
+    need = min_device_bytes(config, hw, batch_size, seq_len, grad_dtype=grad_dtype, **solver_kw)
+    largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, **solver_kw)
+    raise ValueError(f"no plan fits batch_size={batch_size}, seq_len={seq_len} on {hw.name}: it needs at least "
+                     f"{need / 1e9:.2f} GB of device memory (device_memory={hw.device_memory / 1e9:.2f} GB, "
+                     f"host_memory={hw.host_memory / 1e9:.2f} GB, nvme_memory={hw.nvme_memory / 1e9:.2f} GB); "
+                     f"the largest batch that fits is {largest}")
