@@ -8,9 +8,10 @@ weight bytes of layer l, G_l = gradient bytes of layer l, R_l = kept residual by
          + Σ_{l ≥ L − k} W_l                        resident tail (k = resident_tail)
          + 2 · max_l G_l                            gradient buffers (one computing, one downloading)
          + Σ_{i: tier_i = device} A_i               boundaries kept on device (0 and L always)
-         + (2 + act_prefetch_depth) · max_i A_i     activation working set: the current input, the
-                                                    output (forward) or incoming gradient (backward),
-                                                    and prefetched/offloading boundaries
+         + (3 + act_prefetch_depth) · max_i A_i     activation working set: the current input and
+                                                    output (forward), or the uploaded input, incoming
+                                                    and outgoing gradients (backward), and prefetched
+                                                    boundaries
          + Σ_{l: keep_residuals_l} R_l              interior residuals kept from forward to backward
          + max_{(s,e), e−s ≥ 2} (Σ_{j=s+1}^{e−1} A_j + [tier_s ∈ {host, nvme}] · A_s)
                                                     recompute working set of the largest segment
@@ -61,7 +62,7 @@ def constant_bytes(costs, hardware, *, resident_tail: int = 0, weight_prefetch_d
         "resident_tail": float(sum(w[num_layers - resident_tail:])) if resident_tail else 0.0,
         "grad_buffers": 2.0 * max(g),
         "boundary_0_and_L": a[0] + a[-1],
-        "activation_working": (2 + act_prefetch_depth) * max(a),
+        "activation_working": (3 + act_prefetch_depth) * max(a),
         "backward_workspace": max(costs.workspace_bytes),
         "head_workspace": costs.head_workspace_bytes,
     }
