@@ -1,0 +1,90 @@
+"""The MILP's objective equals the best plan found by enumerating the whole decision space."""
+
+import itertools
+import types
+
+import pytest
+
+from lazytrain_jax.schedule import memory, milp, timing
+from lazytrain_jax.schedule.costs import synthetic_costs
+from lazytrain_jax.schedule.hardware import Hardware
+
+GB = 1e9
+
+
+def enumerate_best(costs, hw, max_segment_length, max_resident_tail):
+    L = costs.num_layers
+    best = float("inf")
+    options = []
+    for i in range(1, L):
+        opts = ["device", "drop"]
+        if costs.boundary_bytes[i] <= hw.host_memory:
+            opts.append("host")
+        if 1 <= i <= L - 3 and costs.boundary_bytes[i] <= hw.nvme_memory and 2 * max(costs.boundary_bytes) <= hw.host_memory:
+            opts.append("nvme")
+        options.append(opts)
+    for inner in itertools.product(*options):
+        tiers = ("device",) + inner + ("device",)
+        if any(e - s > max_segment_length for s, e in memory.segments(tiers)):
+            continue
+        probe = types.SimpleNamespace(boundary_tiers=tiers, keep_residuals=(False,) * L, resident_tail=0,
+                                      weight_prefetch_depth=1, act_prefetch_depth=1, optimizer_mode="pipelined")
+        if memory.host_peak_bytes(costs, probe) > hw.host_memory or memory.nvme_peak_bytes(costs, probe) > hw.nvme_memory:
+            continue
+        for keep in itertools.product((False, True), repeat=L):
+            for k in range(0, min(L, max_resident_tail) + 1):
+                p = types.SimpleNamespace(boundary_tiers=tiers, keep_residuals=keep, resident_tail=k,
+                                          weight_prefetch_depth=1, act_prefetch_depth=1, optimizer_mode="pipelined")
+                if memory.device_peak_bytes(costs, hw, p) > hw.device_memory:
+                    continue
+                best = min(best, timing.step_time(costs, hw, p))
+    return best
+
+
+def instance(num_layers, seed):
+    import random
+    rng = random.Random(seed)
+    return synthetic_costs(
+        num_layers=num_layers,
+        weight_bytes=[rng.uniform(0.5, 2.0) * GB for _ in range(num_layers)],
+        boundary_bytes=[rng.uniform(0.3, 1.5) * GB for _ in range(num_layers + 1)],
+        fwd_time=[rng.uniform(0.03, 0.12) for _ in range(num_layers)],
+        residual_bytes=[rng.uniform(1.0, 4.0) * GB for _ in range(num_layers)],
+        workspace_bytes=0.5 * GB, head_time=0.05, head_bytes=1.0 * GB, head_workspace_bytes=2 * GB)
+
+
+CASES = [
+    # (layers, seed, device GB, host GB, nvme GB, h2d GB/s)
+    (4, 0, 12, 2, 0, 12), (4, 1, 16, 1.5, 4, 8), (5, 2, 14, 3, 5, 12), (5, 3, 22, 1, 6, 24), (5, 4, 11, 4, 0, 6),
+    (6, 5, 16, 3, 6, 12),
+]
+
+
+@pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", CASES)
+def test_milp_matches_enumeration(num_layers, seed, dev, host, nvme, bw):
+    costs = instance(num_layers, seed)
+    hw = Hardware(device_memory=dev * GB, host_memory=host * GB, nvme_memory=nvme * GB, h2d_bw=bw * GB,
+                  d2h_bw=bw * GB, device_flops=1e14, host_opt_rate=2e10, device_margin=0.5 * GB)
+    expected = enumerate_best(costs, hw, max_segment_length=4, max_resident_tail=num_layers)
+    solved = milp.solve(costs, hw, max_segment_length=4, max_resident_tail=num_layers, rel_gap=0.0)
+    if expected == float("inf"):
+        assert solved is None
+        return
+    assert solved is not None
+    assert solved.predicted_step_time_s <= expected + 1e-6
+    assert solved.predicted_step_time_s >= expected - 1e-6  # it is itself a plan of the space
+    assert solved.predicted_peak_device_bytes <= hw.device_memory
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [10, 11])
+def test_milp_matches_enumeration_eight_layers(seed):
+    costs = instance(8, seed)
+    costs = synthetic_costs(num_layers=8, weight_bytes=list(costs.layer("weight_bytes")),
+                            boundary_bytes=list(costs.boundary_bytes), fwd_time=list(costs.layer("fwd_time")),
+                            residual_bytes=100 * GB, workspace_bytes=0.5 * GB, head_time=0.05, head_bytes=GB)
+    hw = Hardware(device_memory=14 * GB, host_memory=3 * GB, nvme_memory=3 * GB, h2d_bw=12 * GB, d2h_bw=12 * GB,
+                  device_flops=1e14, host_opt_rate=2e10, device_margin=0.5 * GB)
+    expected = enumerate_best(costs, hw, max_segment_length=4, max_resident_tail=3)
+    solved = milp.solve(costs, hw, max_segment_length=4, max_resident_tail=3, rel_gap=0.0)
+    assert abs(solved.predicted_step_time_s - expected) <= 1e-6
