@@ -104,19 +104,24 @@ def plan_fixed_batch(config, hardware, batch_size, seq_len, *, num_micro_batches
     return best
 
 
-def min_device_bytes(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", **solver_kw) -> float:
-    """The smallest peak device memory of any plan for this batch (micro-batches of one sequence)."""
-    costs = _costs_for(config, hardware, batch_size, seq_len, batch_size if batch_size <= MAX_MICRO_BATCHES
-                       else max(micro_batch_candidates(batch_size)), grad_dtype)
+def min_device_bytes(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
+                     **solver_kw) -> float:
+    """The smallest peak device memory of any plan for this batch (default: the most micro-batches)."""
+    m = num_micro_batches or max(micro_batch_candidates(batch_size))
+    if batch_size % m:
+        return float("inf")
+    costs = _costs_for(config, hardware, batch_size, seq_len, m, grad_dtype)
     roomy = hardware.replace(device_memory=1e30)
     solved = milp.solve(costs, roomy, objective="memory", **solver_kw)
     return float("inf") if solved is None else solved.predicted_peak_device_bytes
 
 
-def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", limit: int = 1 << 16, **solver_kw) -> int:
+def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
+                   limit: int = 1 << 16, **solver_kw) -> int:
     """The largest batch for which some plan fits (0 if even batch 1 does not)."""
     def feasible(b):
-        return min_device_bytes(config, hardware, b, seq_len, grad_dtype=grad_dtype, **solver_kw) <= hardware.device_memory
+        return min_device_bytes(config, hardware, b, seq_len, grad_dtype=grad_dtype,
+                                num_micro_batches=num_micro_batches, **solver_kw) <= hardware.device_memory
     if not feasible(1):
         return 0
     lo, hi = 1, 2
@@ -167,7 +172,8 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
     if num_micro_batches is not None:
         _check_positive_int("num_micro_batches", num_micro_batches)
     if batch_size in ("max", "best"):
-        largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, **solver_kw)
+        largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
+                                 **solver_kw)
         if largest == 0:
             need = min_device_bytes(config, hw, 1, seq_len, grad_dtype=grad_dtype, **solver_kw)
             raise ValueError(f"batch_size={batch_size!r}: not even batch 1 fits {hw.name}: it needs at least "
@@ -192,8 +198,10 @@ def _plan_or_raise(config, hw, batch_size, seq_len, num_micro_batches, grad_dtyp
                               grad_dtype=grad_dtype, **solver_kw)
     if result is not None:
         return result
-    need = min_device_bytes(config, hw, batch_size, seq_len, grad_dtype=grad_dtype, **solver_kw)
-    largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, **solver_kw)
+    need = min_device_bytes(config, hw, batch_size, seq_len, grad_dtype=grad_dtype,
+                            num_micro_batches=num_micro_batches, **solver_kw)
+    largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
+                             **solver_kw)
     raise ValueError(f"no plan fits batch_size={batch_size}, seq_len={seq_len} on {hw.name}: it needs at least "
                      f"{need / 1e9:.2f} GB of device memory (device_memory={hw.device_memory / 1e9:.2f} GB, "
                      f"host_memory={hw.host_memory / 1e9:.2f} GB, nvme_memory={hw.nvme_memory / 1e9:.2f} GB); "

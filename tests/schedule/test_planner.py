@@ -1,0 +1,106 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+import lazytrain_jax.schedule as sch
+from lazytrain_jax.model.config import get_preset
+from lazytrain_jax.schedule import heuristics
+from lazytrain_jax.schedule.api import plan
+from lazytrain_jax.schedule.bounds import lower_bound
+from lazytrain_jax.schedule.costs import analytic_costs
+from lazytrain_jax.schedule.hardware import Hardware
+from lazytrain_jax.schedule.plan import Plan
+from lazytrain_jax.schedule.simulator import simulate
+from lazytrain_jax.schedule.trace import chrome_trace, save_gantt_png
+
+
+def test_schedule_never_imports_jax():
+    code = "import lazytrain_jax.schedule, lazytrain_jax.schedule.api, sys; assert 'jax' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+SHAPES = [("qwen2.5-7b", "rtx3090", 4), ("qwen2.5-14b", "h800", 96), ("qwen2.5-3b", "a100-80g", 64),
+          ("dense-27b", "h800", 72)]
+
+
+@pytest.mark.parametrize("model,hw,batch", SHAPES)
+def test_milp_beats_heuristics_and_sim_agrees(model, hw, batch):
+    hardware = Hardware.preset(hw, device_memory=70e9) if hw == "h800" else Hardware.preset(hw)
+    p = plan(model, hardware, batch_size=batch, seq_len=1024, time_limit_s=10)
+    sim = simulate(p, num_steps=2)
+    assert sim.peak_device_bytes <= p.predicted_peak_device_bytes <= hardware.device_memory
+    assert abs(sim.step_time_s - p.predicted_step_time_s) <= 0.05 * p.predicted_step_time_s
+    assert lower_bound(p.costs, hardware)["total"] <= p.predicted_step_time_s + 1e-9
+    for h in heuristics.all_heuristics(p.costs, hardware):
+        hs = simulate(h, num_steps=2)
+        assert abs(hs.step_time_s - h.predicted_step_time_s) <= 0.05 * h.predicted_step_time_s, h.name
+        assert hs.peak_device_bytes <= h.predicted_peak_device_bytes
+        if h.fits():
+            assert sim.step_time_s <= hs.step_time_s * (1 + 1e-3), h.name
+
+
+def test_plan_json_round_trip_and_explain(tmp_path):
+    p = plan("qwen2.5-3b", "rtx3090", batch_size=2, seq_len=512)
+    assert Plan.from_json(p.to_json(), model=get_preset("qwen2.5-3b")) == p
+    path = tmp_path / "plan.json"
+    p.save(str(path))
+    assert Plan.load(str(path)) == p
+    assert "total" in p.explain() and "layer" in p.explain()
+    d = json.loads(p.to_json())
+    d["version"] = 99
+    with pytest.raises(ValueError, match="version"):
+        Plan.from_json(json.dumps(d))
+    with pytest.raises(ValueError, match="another model"):
+        Plan.from_json(p.to_json(), model=get_preset("qwen2.5-7b"))
+
+
+def test_max_batch_and_infeasible_message():
+    hw = Hardware.preset("rtx3090", host_memory=2e9)
+    p = plan("qwen2.5-7b", hw, batch_size="max", seq_len=1024, num_micro_batches=1)
+    assert p.fits()
+    with pytest.raises(ValueError, match="largest batch that fits is"):
+        plan("qwen2.5-7b", hw, batch_size=p.batch_size + 1, seq_len=1024, num_micro_batches=1)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(device_memory=0), "device_memory"), (dict(h2d_bw=-1), "h2d_bw"), (dict(nvme_read_bw=0), "nvme_read_bw"),
+    (dict(host_memory=-5), "host_memory"),
+])
+def test_bad_hardware(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Hardware.preset("h100", **kwargs)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="Valid presets"):
+        Hardware.preset("tpu-v9")
+    with pytest.raises(ValueError, match="seq_len=0"):
+        plan("qwen2.5-3b", "rtx3090", batch_size=1, seq_len=0)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        plan("qwen2.5-3b", "rtx3090", batch_size=0, seq_len=128)
+    with pytest.raises(ValueError, match="batch_size='most'"):
+        plan("qwen2.5-3b", "rtx3090", batch_size="most", seq_len=128)
+    with pytest.raises(ValueError, match="unknown model preset"):
+        plan("qwen9-1t", "rtx3090", batch_size=1, seq_len=128)
+    costs = analytic_costs(get_preset("qwen2.5-0.5b"), batch_size=1, seq_len=64, device_flops=1e13)
+    with pytest.raises(ValueError, match="boundary_tiers"):
+        Plan.create(costs, Hardware.preset("h100"), name="x", boundary_tiers=["device"] * 3)
+
+
+def test_costs_round_trip_and_heterogeneous_lists():
+    costs = analytic_costs(get_preset("qwen2.5-0.5b"), batch_size=2, seq_len=64, device_flops=1e13)
+    assert sch.Costs.from_json(costs.to_json()) == costs
+    assert len(costs.fwd_time) == costs.num_layers + 2 and len(costs.boundary_bytes) == costs.num_layers + 1
+
+
+def test_trace_and_gantt(tmp_path):
+    p = plan("qwen2.5-0.5b", "rtx3090", batch_size=2, seq_len=256)
+    r = simulate(p)
+    trace = chrome_trace(r)
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert xs and {e["tid"] for e in xs} >= {1, 2, 3}
+    pytest.importorskip("matplotlib")
+    save_gantt_png(r, str(tmp_path / "g.png"))
+    assert (tmp_path / "g.png").stat().st_size > 1000
