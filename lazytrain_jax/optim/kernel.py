@@ -140,26 +140,35 @@ def leaf_update(g, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *
         return jnp.where(info.apply, u, 0.0).astype(out_dtype), *new
 
     shape = g.shape
-    ms_n1 = mu_s.reshape(-1, 1)
-    vs_n1 = nu_s.reshape(-1, 1)
-    m_old = q.decode_m_nb(q.to_blocks(mu, block_size), ms_n1)
-    v_old = q.decode_v_nb(q.to_blocks(nu, block_size), vs_n1)
-    g_nb = q.to_blocks(g32, block_size)
-    u_nb, m_nb, v_nb = _adam_direction(g_nb, m_old, v_old, info, hp)
     p_nb = None if p is None else q.to_blocks(p, block_size)
-    u_nb = _finish(u_nb, p_nb, hp, decay)
-    u = q.from_blocks(u_nb, shape)
+    u_nb, mc_nb, vc_nb, ms_n1, vs_n1 = block_math(
+        q.to_blocks(g32, block_size), p_nb, q.to_blocks(mu, block_size),
+        q.to_blocks(nu, block_size), mu_s.reshape(-1, 1), nu_s.reshape(-1, 1), info, hp,
+        decay=decay)
+    return (q.from_blocks(u_nb, shape).astype(out_dtype), q.from_blocks(mc_nb, shape),
+            q.from_blocks(vc_nb, shape), ms_n1.reshape(mu_s.shape), vs_n1.reshape(nu_s.shape))
 
+
+def block_math(g_nb, p_nb, mc_nb, vc_nb, ms_n1, vs_n1, info: StepInfo, hp: AdamHyperparams, *,
+               decay: bool):
+    """The 8-bit update of whole blocks: ``(u_nb, mc_nb, vc_nb, ms_n1, vs_n1)``.
+
+    ``g_nb`` is fp32, ``u_nb`` the final fp32 update (0 on a skipped step, when the codes and
+    scales come back unchanged).
+    """
+    fmt = q.format_of(mc_nb.dtype)
+    m_old = q.decode_m_nb(mc_nb, ms_n1)
+    v_old = q.decode_v_nb(vc_nb, vs_n1)
+    u_nb, m_nb, v_nb = _adam_direction(g_nb, m_old, v_old, info, hp)
+    u_nb = _finish(u_nb, p_nb, hp, decay)
     new_ms = jnp.where(info.apply, _absmax_n1(m_nb), ms_n1)
     new_vs = jnp.where(info.apply, _absmax_n1(v_nb), vs_n1)
     m_code = q.encode_m_nb(m_nb, new_ms, fmt)
     v_code = q.encode_v_nb(v_nb, new_vs, fmt)
     # Keep the state consistent: where v decodes to 0, m is stored as 0 too (else m / eps).
     m_code = jnp.where(v_code == 0, jnp.zeros([], m_code.dtype), m_code)
-    new_mu = jnp.where(info.apply, q.from_blocks(m_code, shape), mu)
-    new_nu = jnp.where(info.apply, q.from_blocks(v_code, shape), nu)
-    return (jnp.where(info.apply, u, 0.0).astype(out_dtype), new_mu, new_nu,
-            new_ms.reshape(mu_s.shape), new_vs.reshape(nu_s.shape))
+    return (jnp.where(info.apply, u_nb, 0.0), jnp.where(info.apply, m_code, mc_nb),
+            jnp.where(info.apply, v_code, vc_nb), new_ms, new_vs)
 
 
 def _absmax_n1(x_nb):
