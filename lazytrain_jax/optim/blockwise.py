@@ -145,10 +145,17 @@ def _decode_v_mag(k, s):
     return s * (q * q)
 
 
-def _ratio(a, s_n1):
-    """a / s with one multiply per element; 2**6 / s stays a normal float (CPUs flush denormals)."""
+def _ratio(a, s_n1, expand=None):
+    """a / s with one multiply per element; 2**6 / s stays a normal float (CPUs flush denormals).
+
+    ``expand`` (optional) maps per-block values to ``a``'s shape; the inverse is taken per block.
+    """
     inv = jnp.where(s_n1 > 0, _RATIO_PRE / s_n1, 0.0)
-    return (a * (1.0 / _RATIO_PRE)) * inv
+    return (a * (1.0 / _RATIO_PRE)) * _ex(expand, inv)
+
+
+def _ex(expand, x_n1):
+    return x_n1 if expand is None else expand(x_n1)
 
 
 def _nearest(a, t, s, top, decode_mag):
@@ -159,42 +166,69 @@ def _nearest(a, t, s, top, decode_mag):
     return jnp.where(up, k1, k)
 
 
-def encode_m_nb(m_nb, s_nb, state_format: str):
-    """Encodes first-moment blocks ``[num_blocks, block_size]`` with scales ``[num_blocks, 1]``."""
+def encode_m_nb(m_nb, s_nb, state_format: str, expand=None):
+    """Encodes first-moment blocks ``[num_blocks, block_size]`` with scales ``[num_blocks, 1]``.
+
+    With ``expand`` (per-block -> ``m_nb``'s shape), ``m_nb`` may have any shape in block order.
+    """
     if state_format == "dynamic8":
         a = jnp.abs(m_nb)
-        k = _nearest(a, _M_LEVELS * jnp.sqrt(_ratio(a, s_nb)), s_nb, _M_LEVELS, _decode_m_mag)
+        t = _M_LEVELS * jnp.sqrt(_ratio(a, s_nb, expand))
+        k = _nearest(a, t, _ex(expand, s_nb), _M_LEVELS, _decode_m_mag)
         return jnp.where(m_nb < 0, -k, k).astype(jnp.int8)
-    inv = jnp.where(s_nb > 0, FP8_MAX / s_nb, 0.0)
+    inv = _ex(expand, jnp.where(s_nb > 0, FP8_MAX / s_nb, 0.0))
     y = jnp.clip(m_nb * inv, -FP8_MAX, FP8_MAX)
     return y.astype(jnp.float8_e4m3fn)
 
 
-def decode_m_nb(c_nb, s_nb):
+def decode_m_nb(c_nb, s_nb, expand=None):
     """Decodes first-moment codes ``[num_blocks, block_size]`` to fp32."""
     if format_of(c_nb.dtype) == "dynamic8":
         k = c_nb.astype(jnp.float32)
-        return s_nb * ((k * jnp.abs(k)) * _INV_M2)
-    return c_nb.astype(jnp.float32) * (s_nb * _INV_FP8)
+        return _ex(expand, s_nb) * ((k * jnp.abs(k)) * _INV_M2)
+    return c_nb.astype(jnp.float32) * _ex(expand, s_nb * _INV_FP8)
 
 
-def encode_v_nb(v_nb, s_nb, state_format: str):
-    """Encodes second-moment blocks (v >= 0) ``[num_blocks, block_size]``."""
+def encode_v_nb(v_nb, s_nb, state_format: str, expand=None):
+    """Encodes second-moment blocks (v >= 0) ``[num_blocks, block_size]`` (``expand``: as above)."""
     if state_format == "dynamic8":
-        t = _V_LEVELS * jnp.sqrt(jnp.sqrt(_ratio(v_nb, s_nb)))
-        return _nearest(v_nb, t, s_nb, _V_LEVELS, _decode_v_mag).astype(jnp.uint8)
-    y = jnp.minimum(FP8_MAX * jnp.sqrt(_ratio(v_nb, s_nb)), FP8_MAX)
+        t = _V_LEVELS * jnp.sqrt(jnp.sqrt(_ratio(v_nb, s_nb, expand)))
+        return _nearest(v_nb, t, _ex(expand, s_nb), _V_LEVELS, _decode_v_mag).astype(jnp.uint8)
+    y = jnp.minimum(FP8_MAX * jnp.sqrt(_ratio(v_nb, s_nb, expand)), FP8_MAX)
     return y.astype(jnp.float8_e4m3fn)
 
 
-def decode_v_nb(c_nb, s_nb):
+def decode_v_nb(c_nb, s_nb, expand=None):
     """Decodes second-moment codes ``[num_blocks, block_size]`` to fp32."""
     if format_of(c_nb.dtype) == "dynamic8":
         k = c_nb.astype(jnp.float32)
         q = (k * k) * _INV_V2
-        return s_nb * (q * q)
+        return _ex(expand, s_nb) * (q * q)
     r = c_nb.astype(jnp.float32) * _INV_FP8
-    return s_nb * (r * r)
+    return _ex(expand, s_nb) * (r * r)
+
+
+def decoded_absmax_n1(c_nb, s_n1, signed: bool):
+    """Exact per-block max |decoded value| from the codes alone (reductions over 1-byte codes).
+
+    Args:
+      c_nb: codes ``[num_blocks, block_size]``; s_n1: scales ``[num_blocks, 1]``.
+      signed: first-moment (True) or second-moment (False) map.
+
+    Returns:
+      fp32 ``[num_blocks, 1]``.
+    """
+    if format_of(c_nb.dtype) == "dynamic8":
+        top = jnp.max(c_nb, axis=1, keepdims=True).astype(jnp.int32)
+        if signed:  # max |c| without materializing |c|
+            top = jnp.maximum(top, -jnp.min(c_nb, axis=1, keepdims=True).astype(jnp.int32))
+        dec = decode_m_nb if signed else decode_v_nb
+        return dec(top.astype(c_nb.dtype), s_n1)
+    bits = jax.lax.bitcast_convert_type(c_nb, jnp.uint8)
+    if signed:
+        bits = bits & jnp.uint8(0x7F)  # e4m3fn: sign bit off; magnitude order == bit order
+    top = jax.lax.bitcast_convert_type(jnp.max(bits, axis=1, keepdims=True), jnp.float8_e4m3fn)
+    return (decode_m_nb if signed else decode_v_nb)(top, s_n1)
 
 
 def quantize(x, *, block_size: int, state_format: str = "dynamic8", signed: bool = True):

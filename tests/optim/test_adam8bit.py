@@ -22,10 +22,12 @@ def _dequantized(state):
 
     mu = jax.tree.map(lambda c, s: one(c, s, True), state.mu, state.mu_scales)
     nu = jax.tree.map(lambda c, s: one(c, s, False), state.nu, state.nu_scales)
+    # the optimizer treats m as 0 wherever v decodes to 0
+    mu = jax.tree.map(lambda m, v: jnp.where(v == 0, 0.0, m), mu, nu)
     return mu, nu
 
 
-# documented worst-case error of (m, v) relative to the block absmax (blockwise.py docstring)
+# documented worst-case error of (m, v) relative to the block scale (blockwise.py docstring)
 BOUND = {"dynamic8": (0.0079, 0.0079), "fp8": (16 / 448, 2 * 16 / 448 + (16 / 448) ** 2)}
 
 
@@ -43,6 +45,7 @@ def test_one_step_parity_bitsandbytes_style(fmt):
     num_bad = []
     param_err = []
     block_err = []
+    scale_ratio = []
     for _ in range(50):
         g = {"w": jnp.asarray(rng.standard_normal((256, 512)).astype(np.float32) * 0.01)}
         mu0, nu0 = _dequantized(s8)
@@ -52,19 +55,24 @@ def test_one_step_parity_bitsandbytes_style(fmt):
         ur, rs = upd_ref(g, rs, p)
         mu8, nu8 = _dequantized(s8)
         bad = 0
-        for a, b, bound in ((mu8["w"], rs[0].mu["w"], BOUND[fmt][0]),
-                            (nu8["w"], rs[0].nu["w"], BOUND[fmt][1])):
+        for a, b, s, bound in ((mu8["w"], rs[0].mu["w"], s8.mu_scales["w"], BOUND[fmt][0]),
+                               (nu8["w"], rs[0].nu["w"], s8.nu_scales["w"], BOUND[fmt][1])):
             bad += int(jnp.sum(jnp.abs(a - b) > 3e-3 + 1e-3 * jnp.abs(b)))
             absmax = jnp.max(jnp.abs(b).reshape(-1, 256), axis=1, keepdims=True)
-            block_err.append(float(jnp.max(jnp.abs(a - b).reshape(-1, 256) / absmax)) / bound)
+            # the scale bounds the new moment (1e-4: optax forms 1 - b2 in float64, we in fp32)
+            assert bool(jnp.all(s >= absmax * (1 - 1e-4)))
+            block_err.append(float(jnp.max(jnp.abs(a - b).reshape(-1, 256) / s)) / bound)
+            scale_ratio.append(float(jnp.max(s / absmax)))
         num_bad.append(bad)
         p8 = optax.apply_updates(p, u8)
         param_err.append(float(jnp.mean(jnp.abs(p8["w"] - optax.apply_updates(p, ur)["w"]))))
         p = p8
     assert max(num_bad) < 20
     assert np.mean(param_err) < 6e-5
-    # scale-free check: state error within the documented bound relative to the block absmax
+    # scale-free check: state error within the documented bound relative to the block scale,
+    # and the scale (a bound computed without reducing the new moments) stays close to absmax
     assert max(block_err) <= 1.001
+    assert max(scale_ratio) < 3.0  # measured ~2.1x here (pure-noise gradients, b1=0.9)
 
 
 @pytest.mark.parametrize("clip", [None, 1.0, 1e-3])
