@@ -1,8 +1,10 @@
 """Blockwise 8-bit storage of Adam moments, with analytic (lookup-free) code maps.
 
 A tensor is flattened in row-major order and cut into blocks of ``block_size`` consecutive
-elements (the last block is zero-padded). Each block stores one fp32 scale, ``s`` = the block's
-absolute maximum of the stored quantity, and one 8-bit code per element, the codes kept in the
+elements (the last block is zero-padded). Each block stores one fp32 scale ``s`` (here, in
+:func:`quantize`, the block's absolute maximum; the optimizer may use any ``s`` >= the absmax, see
+``kernel._scale_bounds``; every error bound below is relative to ``s``) and one 8-bit code per
+element, the codes kept in the
 tensor's own shape (so ``optax.tree.map_params`` and shardings of the parameter apply to them).
 Scales have shape ``(num_blocks,) + (1,) * (ndim - 1)`` (same rank as the parameter).
 
@@ -46,7 +48,8 @@ below ``MIN_SCALE`` (2**-100, about 7.9e-31) are flushed to zero (scale 0, all c
 Non-finite input: a NaN or +-inf anywhere in a block makes that block's scale non-finite, and every
 element of that block then decodes to NaN (poison is never silently turned into a finite number;
 other blocks are unaffected). The optimizer never stores such blocks: a step whose gradient norm is
-not finite is skipped.
+not finite is skipped. Where v decodes to 0 the optimizer treats m as 0 (no m / eps blow-up from a
+second moment that underflowed its block's code range).
 """
 
 from __future__ import annotations

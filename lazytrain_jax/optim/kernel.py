@@ -165,6 +165,16 @@ def block_math(g, p, mc, vc, ms_n1, vs_n1, info: StepInfo, hp: AdamHyperparams, 
     ``u`` is the final fp32 update (0 on a skipped step, when codes and scales come back
     unchanged). Where v decodes to 0, m is treated as 0 (no m / eps blow-up).
     """
+    u, m, v, new_ms, new_vs, expand = _block_moments(g, p, mc, vc, ms_n1, vs_n1, info, hp,
+                                                     decay=decay, block_size=block_size)
+    fmt = q.format_of(mc.dtype)
+    m_code = q.encode_m_nb(m, new_ms, fmt, expand)
+    v_code = q.encode_v_nb(v, new_vs, fmt, expand)
+    return (jnp.where(info.apply, u, 0.0), jnp.where(info.apply, m_code, mc),
+            jnp.where(info.apply, v_code, vc), new_ms, new_vs)
+
+
+def _block_moments(g, p, mc, vc, ms_n1, vs_n1, info, hp, *, decay, block_size):
     fmt = q.format_of(mc.dtype)
     nb = ms_n1.shape[0]
     expand = lambda s_n1: jnp.broadcast_to(s_n1, (nb, block_size)).reshape(g.shape)  # noqa: E731
@@ -179,10 +189,45 @@ def block_math(g, p, mc, vc, ms_n1, vs_n1, info: StepInfo, hp: AdamHyperparams, 
         new_vs = _absmax_n1(v.reshape(nb, block_size))
     new_ms = jnp.where(info.apply, new_ms, ms_n1)
     new_vs = jnp.where(info.apply, new_vs, vs_n1)
-    m_code = q.encode_m_nb(m, new_ms, fmt, expand)
-    v_code = q.encode_v_nb(v, new_vs, fmt, expand)
-    return (jnp.where(info.apply, u, 0.0), jnp.where(info.apply, m_code, mc),
-            jnp.where(info.apply, v_code, vc), new_ms, new_vs)
+    return u, m, v, new_ms, new_vs, expand
+
+
+def _after(x):
+    """A always-true bool that XLA cannot fold and that depends on ``x`` (its first element).
+
+    Writing a state buffer in place while another fusion still reads its old value makes XLA
+    copy the whole buffer; gating the write on this orders it after ``x``'s producer instead.
+    """
+    t = x.reshape(-1)[0].astype(jnp.float32)
+    return (t == t) | (t != t)
+
+
+def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *,
+                     block_size: int, decay: bool, copy_dtype):
+    """One tensor of :func:`layerwise.fused_layer_step`: ``(master, copy, mu, nu, mu_s, nu_s)``.
+
+    Same results as ``leaf_update`` + ``apply_updates`` (bit for bit), but ordered so that the
+    master, then m, then v are written in place without whole-buffer copies.
+    """
+    g32 = g.astype(jnp.float32)
+    fmt = q.format_of(mu.dtype)
+    if fmt == "fp32" or g.size % block_size:
+        u, mu1, nu1, ms1, vs1 = leaf_update(g, master, mu, nu, mu_s, nu_s, info, hp,
+                                            block_size=block_size, decay=decay)
+        new_master = (master + u).astype(master.dtype)
+        if fmt == "fp32":  # fp32 moments: write them after the master has read the old ones
+            ok = _after(new_master)
+            mu1, nu1 = jnp.where(ok, mu1, mu), jnp.where(ok, nu1, nu)
+        return new_master, new_master.astype(copy_dtype), mu1, nu1, ms1, vs1
+    ms_n1, vs_n1 = mu_s.reshape(-1, 1), nu_s.reshape(-1, 1)
+    u, m, v, new_ms, new_vs, expand = _block_moments(g32, master, mu, nu, ms_n1, vs_n1, info, hp,
+                                                     decay=decay, block_size=block_size)
+    u = jnp.where(info.apply, u, 0.0).astype(master.dtype)
+    new_master = (master + u).astype(master.dtype)
+    mc = jnp.where(info.apply & _after(new_master), q.encode_m_nb(m, new_ms, fmt, expand), mu)
+    vc = jnp.where(info.apply & _after(mc), q.encode_v_nb(v, new_vs, fmt, expand), nu)
+    return (new_master, new_master.astype(copy_dtype), mc, vc, new_ms.reshape(mu_s.shape),
+            new_vs.reshape(nu_s.shape))
 
 
 def _scale_bounds(g, mc, vc, ms_n1, vs_n1, info, hp, nb, block_size):

@@ -139,11 +139,14 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
     Example:
       >>> master, bf16, moments = fused_layer_step(master, grads, moments, info, hp)
     """
-    mask = None
-    if decay_filter is not None:
-        mask = jax.tree_util.tree_map_with_path(lambda path, p: bool(decay_filter(path, p)), master)
-    updates, new = kernel.tree_update(grads, *moments, master, step, hp, block_size=block_size,
-                                      decay_mask=mask)
-    new_master = jax.tree.map(lambda p, u: (p + u).astype(p.dtype), master, updates)
-    copy = jax.tree.map(lambda p: p.astype(copy_dtype), new_master)
-    return new_master, copy, LayerMoments(*new)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(master)
+    g_leaves = treedef.flatten_up_to(grads)
+    state = [treedef.flatten_up_to(t) for t in moments]
+    outs = []
+    for (path, p), g, mu, nu, mu_s, nu_s in zip(leaves, g_leaves, *state):
+        decay = True if decay_filter is None else bool(decay_filter(path, p))
+        outs.append(kernel.leaf_master_step(p, g, mu, nu, mu_s, nu_s, step, hp,
+                                            block_size=block_size, decay=decay,
+                                            copy_dtype=copy_dtype))
+    cols = [treedef.unflatten(list(c)) for c in zip(*outs)] if outs else [master] * 6
+    return cols[0], cols[1], LayerMoments(*cols[2:])
