@@ -48,10 +48,13 @@ def test_dynamic8_codes_are_value_domain_nearest(signed):
     min_err = jnp.min(err_all, axis=-1)
     dec = q.dequantize(codes, scales, block_size=BLOCK, signed=signed)
     err = jnp.abs(x - dec)
-    np.testing.assert_array_equal(np.asarray(err), np.asarray(min_err))
-    # where the nearest code is unique, it is exactly the encoder's code
+    # the promise: nearest, up to a few ulp of the input next to a midpoint between two codes
+    ulp = jnp.abs(x) * 2.0**-23
+    assert bool(jnp.all(err <= min_err + 4 * ulp))
+    assert float(jnp.mean(err == min_err)) > 0.999
+    # where the nearest code is unique (and not a near-tie), it is exactly the encoder's code
     best = all_codes[jnp.argmin(err_all, axis=-1)]
-    unique = jnp.sum(err_all == min_err[..., None], axis=-1) == 1
+    unique = jnp.sum(err_all <= min_err[..., None] + 4 * ulp[..., None], axis=-1) == 1
     assert np.array_equal(np.asarray(codes)[np.asarray(unique)],
                           np.asarray(best)[np.asarray(unique)])
     live = jnp.broadcast_to(s_n1 > 0, x.shape)  # flushed blocks decode every code to 0 (ties)
