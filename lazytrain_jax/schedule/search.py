@@ -1,0 +1,496 @@
+"""A fast primal heuristic for the MILP: greedy construction plus local search on the exact models.
+
+The MILP's LP relaxation is tight on the step-time objective (within ~0.5% on the 27B shapes) but
+highly fractional and symmetric over identical layers (it drops every boundary by a few percent),
+so CBC's own rounding heuristics find good incumbents slowly. This module finds one directly, in
+the MILP's decision space (segments of at most ``max_segment_length``, resident tail of at most
+``max_resident_tail``, the same tier restrictions), evaluated with a lean re-implementation of
+``timing.step_time`` and ``memory``'s peaks (checked equal to them in the tests):
+
+1. start from every boundary on device, no residuals, no resident tail;
+2. while the device peak exceeds the budget, apply the moves (device → host / NVMe / drop) with the
+   smallest step-time increase per freed device byte (several far-apart moves per round);
+3. spend the remaining device memory on residuals and the resident tail (largest saving per byte);
+4. local search: single-boundary tier changes, residual toggles, tail changes and host ↔ NVMe ↔
+   drop ↔ device swaps between two boundaries, first improvement, until no move helps or the
+   time budget is spent.
+
+The result is handed to CBC as ``model.start``; CBC then only has to close the (small) gap.
+"""
+
+from __future__ import annotations
+
+import time
+
+from lazytrain_jax.schedule import memory
+from lazytrain_jax.schedule.plan import Plan
+
+_OFF = ("host", "nvme")
+
+
+class FastModel:
+    """Step time and peaks of a plan given as (tiers, keep, k), without building Items/Windows."""
+
+    def __init__(self, costs, hardware, *, max_segment_length: int, max_resident_tail: int):
+        self.costs, self.hw = costs, hardware
+        L = self.L = costs.num_layers
+        self.S = max(1, min(max_segment_length, L))
+        self.K = max(0, min(max_resident_tail, L))
+        self.A = list(costs.boundary_bytes)
+        self.w = list(costs.weight_bytes)
+        self.g = list(costs.grad_bytes)
+        self.fwd = list(costs.fwd_time)
+        self.bwd = list(costs.bwd_time)
+        self.bwd_rc = list(costs.bwd_recompute_time)
+        self.R = list(costs.residual_bytes)
+        self.opt = [p / hardware.host_opt_rate for p in costs.num_params]
+        self.h2d, self.d2h = hardware.h2d_bw, hardware.d2h_bw
+        self.nr, self.nw = hardware.nvme_read_bw, hardware.nvme_write_bw
+        a_max = max(self.A)
+        self.a_max = a_max
+        self.host_ok = [1 <= i <= L - 1 and self.A[i] <= hardware.host_memory for i in range(L + 1)]
+        self.nvme_ok = [1 <= i <= L - 3 and self.A[i] <= hardware.nvme_memory and 2 * a_max <= hardware.host_memory
+                        for i in range(L + 1)]
+        const = memory.constant_bytes(costs, hardware)
+        self.base_mem = sum(const.values())
+        wl = costs.layer("weight_bytes")
+        self.tail_mem = [float(sum(wl[L - k:])) if k else 0.0 for k in range(L + 1)]
+        # residuals / tail are only worth it where the MILP allows them (same filters)
+        slack = hardware.device_memory - self.base_mem
+        self.res_ok = [self.R[l] <= slack and self.bwd_rc[l + 1] > self.bwd[l + 1] for l in range(L)]
+
+    # ---- the item sequence and its windows (same as timing.items / timing.windows) --------------
+
+    def forward_items(self):
+        L, w, g, fwd = self.L, self.w, self.g, self.fwd
+        # items: (compute, up_bytes, boundary_in, produces, grad_bytes, opt_unit)
+        seq = [(0.0, 0.0, None, None, 0.0, None), (0.0, 0.0, None, None, 0.0, None),
+               (fwd[0], w[0], None, 0, 0.0, 0)]
+        for l in range(L):
+            seq.append((fwd[l + 1], w[l + 1], None, l + 1, 0.0, l + 1))
+        seq.append((fwd[-1], w[-1], None, None, g[-1], L + 1))
+        return seq
+
+    def segment_items(self, s, e, tiers, keep, k):
+        """Backward items of segment (s, e): recompute s..e-2, then backward e-1..s."""
+        w, g, fwd = self.w, self.g, self.fwd
+        resident_from = self.L - k
+        base = s if tiers[s] in _OFF else None
+        out = []
+        for j in range(s, e - 1):
+            out.append((fwd[j + 1], 0.0 if j >= resident_from else w[j + 1], base if j == s else None, None, 0.0, None))
+        for l in range(e - 1, s - 1, -1):
+            c = self.bwd[l + 1] if keep[l] else self.bwd_rc[l + 1]
+            grads = g[l + 1] + (g[0] if l == 0 else 0.0)
+            out.append((c, 0.0 if l >= resident_from else w[l + 1], base if (l == s and e - s == 1) else None,
+                        None, grads, None))
+        return out
+
+    def window(self, seq, k_, tiers) -> float:
+        A = self.A
+        n = len(seq)
+        c = seq[k_][0]
+        up = down = read = write = o = 0.0
+        if k_ + 1 < n:
+            nxt = seq[k_ + 1]
+            up = nxt[1] + (A[nxt[2]] if nxt[2] is not None else 0.0)
+        if k_ + 2 < n:
+            b = seq[k_ + 2][2]
+            if b is not None and tiers[b] == "nvme":
+                read = A[b]
+            ou = seq[k_ + 2][5]
+            if ou is not None:
+                o = self.opt[ou]
+        if k_ >= 1:
+            prev = seq[k_ - 1]
+            down = prev[4]
+            p = prev[3]
+            if p is not None and tiers[p] in _OFF:
+                down += A[p]
+        if k_ >= 2:
+            p = seq[k_ - 2][3]
+            if p is not None and tiers[p] == "nvme":
+                write = A[p]
+        return max(c, up / self.h2d, down / self.d2h, read / self.nr, write / self.nw, o)
+
+    def state(self, tiers, keep, k):
+        """Everything the incremental evaluations need about the plan (tiers, keep, k)."""
+        tiers, keep = list(tiers), list(keep)
+        seq = self.forward_items()
+        kept = [i for i, t in enumerate(tiers) if t != "drop"]
+        block = {}
+        for idx in range(len(kept) - 1, 0, -1):
+            s, e = kept[idx - 1], kept[idx]
+            start = len(seq)
+            seq.extend(self.segment_items(s, e, tiers, keep, k))
+            block[s] = (start, len(seq), e)
+        seq.append((self.bwd[0], 0.0, None, None, 0.0, None))
+        wc = [self.window(seq, j, tiers) for j in range(len(seq))]
+        pos_b = {}
+        for s, (start, end, e) in block.items():
+            for off, l in enumerate(range(e - 1, s - 1, -1)):
+                pos_b[l] = end - (e - s) + off
+        ws = {s: self._seg_ws(s, e, tiers) for s, (_, _, e) in block.items()}
+        return dict(tiers=tiers, keep=keep, k=k, seq=seq, wc=wc, total=sum(wc), block=block, pos_b=pos_b, ws=ws,
+                    dev=sum(self.A[i] for i in range(1, self.L) if tiers[i] == "device"),
+                    res=sum(r for r, kp in zip(self.R, keep) if kp),
+                    host=sum(a for a, t in zip(self.A, tiers) if t == "host"),
+                    nvme=sum(a for a, t in zip(self.A, tiers) if t == "nvme"),
+                    num_nvme=tiers.count("nvme"))
+
+    def _seg_ws(self, s, e, tiers):
+        if e - s < 2:
+            return 0.0
+        return sum(self.A[s + 1:e]) + (self.A[s] if tiers[s] in _OFF else 0.0)
+
+    def peak_of(self, st) -> float:
+        return self.base_mem + self.tail_mem[st["k"]] + st["dev"] + st["res"] + max(st["ws"].values(), default=0.0)
+
+    def try_tier(self, st, i, t):
+        """(step time, device peak) after setting boundary i (1..L-1) to tier t, without rebuilding."""
+        tiers = st["tiers"]
+        old = tiers[i]
+        new_tiers = tiers[:]
+        new_tiers[i] = t
+        # segment range [s, e] that changes
+        kept_old = old != "drop"
+        if kept_old:
+            s = next(j for j in range(i - 1, -1, -1) if tiers[j] != "drop")
+            e = st["block"][i][2]
+            a, b = st["block"][i][0], st["block"][s][1]  # block of (i, e) comes first, then (s, i)
+        else:
+            s = next(j for j in range(i - 1, -1, -1) if tiers[j] != "drop")
+            a, b, e = st["block"][s]
+        if t != "drop":
+            new_block = (self.segment_items(i, e, new_tiers, st["keep"], st["k"])
+                         + self.segment_items(s, i, new_tiers, st["keep"], st["k"]))
+            new_ws = [self._seg_ws(i, e, new_tiers), self._seg_ws(s, i, new_tiers)]
+        else:
+            new_block = self.segment_items(s, e, new_tiers, st["keep"], st["k"])
+            new_ws = [self._seg_ws(s, e, new_tiers)]
+        seq, wc = st["seq"], st["wc"]
+        seq2 = seq[:a] + new_block + seq[b:]
+        shift = len(new_block) - (b - a)
+        f_pos = {3 + i, 4 + i}  # forward windows that offload / write boundary i
+        lo, hi = max(0, a - 2), min(len(seq), b + 2)
+        old_idx = set(range(lo, hi)) | f_pos
+        new_idx = set(range(lo, min(len(seq2), b + 2 + shift))) | f_pos
+        total = st["total"] - sum(wc[j] for j in old_idx) + sum(self.window(seq2, j, new_tiers) for j in new_idx)
+        ws = max([v for key, v in st["ws"].items() if key not in (s, i)] + new_ws)
+        dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
+        peak = self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
+        return total, peak
+
+    def try_res(self, st, l):
+        """(step time, device peak) after toggling layer l's residuals."""
+        keep = st["keep"]
+        pos = st["pos_b"][l]
+        c = self.bwd_rc[l + 1] if keep[l] else self.bwd[l + 1]
+        seq = st["seq"]
+        item = seq[pos]
+        seq2 = seq[:pos] + [(c,) + item[1:]] + seq[pos + 1:]
+        total = st["total"] - st["wc"][pos] + self.window(seq2, pos, st["tiers"])
+        peak = self.peak_of(st) + (-self.R[l] if keep[l] else self.R[l])
+        return total, peak
+
+    def step_time(self, tiers, keep, k) -> float:
+        """Equals ``timing.step_time`` (pipelined optimizer) for the plan (tiers, keep, k)."""
+        return self.state(tiers, keep, k)["total"]
+
+    def device_peak(self, tiers, keep, k) -> float:
+        A = self.A
+        peak = self.base_mem + self.tail_mem[k]
+        peak += sum(A[i] for i in range(1, self.L) if tiers[i] == "device")
+        peak += sum(r for r, kp in zip(self.R, keep) if kp)
+        ws = 0.0
+        prev = 0
+        for i in range(1, self.L + 1):
+            if tiers[i] != "drop":
+                if i - prev >= 2:
+                    ws = max(ws, sum(A[prev + 1:i]) + (A[prev] if tiers[prev] in _OFF else 0.0))
+                prev = i
+        return peak + ws
+
+    def host_bytes(self, tiers) -> float:
+        h = sum(a for a, t in zip(self.A, tiers) if t == "host")
+        return h + (2.0 * self.a_max if "nvme" in tiers else 0.0)
+
+    def nvme_bytes(self, tiers) -> float:
+        return sum(a for a, t in zip(self.A, tiers) if t == "nvme")
+
+    def allowed(self, tiers, keep, k) -> bool:
+        """Inside the MILP's decision space (segment length, tier filters, residual/tail filters)."""
+        prev = 0
+        for i in range(1, self.L + 1):
+            t = tiers[i]
+            if t == "host" and not self.host_ok[i]:
+                return False
+            if t == "nvme" and not self.nvme_ok[i]:
+                return False
+            if t != "drop":
+                if i - prev > self.S:
+                    return False
+                prev = i
+        if k > self.K or any(kp and not ok for kp, ok in zip(keep, self.res_ok)):
+            return False
+        return True
+
+    def fits(self, tiers, keep, k) -> bool:
+        hw = self.hw
+        return (self.device_peak(tiers, keep, k) <= hw.device_memory and self.host_bytes(tiers) <= hw.host_memory
+                and self.nvme_bytes(tiers) <= hw.nvme_memory)
+
+
+def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
+                   time_budget_s: float = 1.0, starts=()) -> Plan | None:
+    """The best plan found by greedy construction and local search (None if none fits).
+
+    Args:
+      costs, hardware: the problem; max_segment_length, max_resident_tail: the MILP's space.
+      time_budget_s: wall-clock budget of the local search (the constructions always run).
+      starts: extra Plans to improve (e.g. fitting heuristics); those outside the space are skipped.
+    Returns:
+      A Plan named ``search`` (pipelined optimizer, depth 1) inside the MILP's decision space.
+    Example:
+      >>> heuristic_plan(costs, Hardware.preset("h800")).predicted_step_time_s
+    """
+    t0 = time.perf_counter()
+    fm = FastModel(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail)
+    candidates = []
+    for use_nvme in ((False, True) if hardware.nvme_memory > 0 else (False,)):
+        for full_start in (False, True):
+            sol = _construct(fm, use_nvme, full_start)
+            if sol is not None:
+                candidates.append(sol)
+    for p in starts:
+        if p is None or p.optimizer_mode != "pipelined" or p.weight_prefetch_depth != 1 or p.act_prefetch_depth != 1:
+            continue
+        sol = (list(p.boundary_tiers), list(p.keep_residuals), p.resident_tail)
+        if fm.allowed(*sol) and fm.fits(*sol):
+            candidates.append(sol)
+    if not candidates:
+        return None
+    scored = sorted(((fm.step_time(*sol), idx, sol) for idx, sol in enumerate(candidates)))
+    t_end = max(time.perf_counter(), t0) + time_budget_s
+    best, best_t = scored[0][2], scored[0][0]
+    seen = set()
+    for _, _, sol in scored:
+        key = (tuple(sol[0]), tuple(sol[1]), sol[2])
+        if key in seen:
+            continue
+        seen.add(key)
+        sol, t = _local_search(fm, sol, t_end)
+        if t < best_t - 1e-12:
+            best, best_t = sol, t
+        if time.perf_counter() > t_end:
+            break
+    tiers, keep, k = best
+    return Plan.create(costs, hardware, name="search", boundary_tiers=tiers, keep_residuals=keep, resident_tail=k)
+
+
+def _tier_options(fm, i):
+    opts = ["device", "drop"]
+    if fm.host_ok[i]:
+        opts.append("host")
+    if fm.nvme_ok[i]:
+        opts.append("nvme")
+    return opts
+
+
+def _tier_move_ok(fm, st, i, t, host_cap=None):
+    """Is setting boundary i to tier t inside the space and the host/NVMe capacities?"""
+    tiers = st["tiers"]
+    old = tiers[i]
+    if t == old:
+        return False
+    if t == "host" and not fm.host_ok[i] or t == "nvme" and not fm.nvme_ok[i]:
+        return False
+    if t == "drop":
+        s = next(j for j in range(i - 1, -1, -1) if tiers[j] != "drop")
+        e = next(j for j in range(i + 1, fm.L + 1) if tiers[j] != "drop")
+        if e - s > fm.S:
+            return False
+    a = fm.A[i]
+    host = st["host"] + (a if t == "host" else 0.0) - (a if old == "host" else 0.0)
+    nvme = st["nvme"] + (a if t == "nvme" else 0.0) - (a if old == "nvme" else 0.0)
+    num_nvme = st["num_nvme"] + (t == "nvme") - (old == "nvme")
+    hw = fm.hw
+    if host_cap is not None and host > host_cap:
+        return False
+    return host + (2.0 * fm.a_max if num_nvme else 0.0) <= hw.host_memory and nvme <= hw.nvme_memory
+
+
+def _apply_tier(fm, st, i, t):
+    tiers = st["tiers"][:]
+    tiers[i] = t
+    return fm.state(tiers, st["keep"], st["k"])
+
+
+def _construct(fm, use_nvme: bool, full_start: bool):
+    """Greedy: free device memory at the least time per byte until the plan fits, then spend slack.
+
+    ``full_start`` starts from every residual kept and the largest resident tail (residuals then
+    compete with offloading for the memory); ``use_nvme`` reserves the NVMe staging buffers in host
+    memory from the start (else the NVMe tier is not used).
+    """
+    L = fm.L
+    budget = fm.hw.device_memory
+    host_cap = fm.hw.host_memory - (2.0 * fm.a_max if use_nvme else 0.0)
+    st = fm.state(["device"] * (L + 1), [fm.res_ok[l] and full_start for l in range(L)], fm.K if full_start else 0)
+    for _ in range(4 * L + 16):
+        peak = fm.peak_of(st)
+        if peak <= budget:
+            break
+        t_cur = st["total"]
+        scored = []
+        for i in range(1, L):
+            if st["tiers"][i] != "device":
+                continue
+            for t in _tier_options(fm, i):
+                if t == "device" or (t == "nvme" and not use_nvme) or not _tier_move_ok(fm, st, i, t, host_cap):
+                    continue
+                total, new_peak = fm.try_tier(st, i, t)
+                freed = peak - new_peak
+                if freed <= 0:
+                    if t != "drop":
+                        continue
+                    freed = fm.A[i]  # the first recompute segment pays its working set once
+                scored.append((max(total - t_cur, 0.0) / freed, "tier", i, t))
+        for l in range(L):
+            if st["keep"][l]:
+                total, new_peak = fm.try_res(st, l)
+                scored.append((max(total - t_cur, 0.0) / max(peak - new_peak, 1.0), "res", l, None))
+        if st["k"] > 0:
+            down = fm.state(st["tiers"], st["keep"], st["k"] - 1)
+            scored.append((max(down["total"] - t_cur, 0.0) / max(peak - fm.peak_of(down), 1.0), "tail", None, None))
+        if not scored:
+            return None
+        scored.sort(key=lambda z: z[0])
+        # the best move, and further independent ones (tier moves far apart; residuals are local)
+        need = peak - budget
+        tiers, keep, k = st["tiers"][:], st["keep"][:], st["k"]
+        touched = []
+        cap = max(1, L // (2 * fm.S + 4))
+        num_tier = 0
+        for _, kind, i, t in scored:
+            if kind == "tail":
+                if touched:
+                    continue
+                k -= 1
+                break
+            if any(abs(i - j) <= fm.S + 2 for j in touched):
+                continue
+            if kind == "res":
+                keep[i] = False
+                need -= fm.R[i]
+            else:
+                probe = dict(st, tiers=tiers, host=sum(a for a, x in zip(fm.A, tiers) if x == "host"),
+                             nvme=sum(a for a, x in zip(fm.A, tiers) if x == "nvme"), num_nvme=tiers.count("nvme"))
+                if num_tier >= cap or not _tier_move_ok(fm, probe, i, t, host_cap):
+                    continue
+                tiers[i] = t
+                num_tier += 1
+                need -= fm.A[i] if t != "drop" else 0.0
+            touched.append(i)
+            if need <= 0:
+                break
+        st = fm.state(tiers, keep, k)
+    if fm.peak_of(st) > budget:
+        return None
+    # spend the slack: residuals (independent windows: add in order of saving per byte) and tail
+    while True:
+        peak = fm.peak_of(st)
+        gains = []
+        for l in range(L):
+            if not st["keep"][l] and fm.res_ok[l]:
+                total, _ = fm.try_res(st, l)
+                if st["total"] - total > 1e-12:
+                    gains.append(((st["total"] - total) / max(fm.R[l], 1.0), l))
+        gains.sort(reverse=True)
+        keep = st["keep"][:]
+        room = budget - peak
+        changed = False
+        for _, l in gains:
+            if fm.R[l] <= room:
+                keep[l] = True
+                room -= fm.R[l]
+                changed = True
+        if changed:
+            st = fm.state(st["tiers"], keep, st["k"])
+        if st["k"] < fm.K:
+            up = fm.state(st["tiers"], st["keep"], st["k"] + 1)
+            if fm.peak_of(up) <= budget and up["total"] < st["total"] - 1e-12:
+                st = up
+                continue
+        if not changed:
+            break
+    return st["tiers"], st["keep"], st["k"]
+
+
+def _local_search(fm, sol, t_end):
+    """First-improvement local search: tier changes, residual toggles, tail steps, then pair moves
+    (two tier changes, or a tier change with a residual toggle) when no single move helps."""
+    budget = fm.hw.device_memory
+    st = fm.state(*sol)
+    L = fm.L
+
+    def better(total):
+        return total < st["total"] - 1e-9 * max(1.0, st["total"])
+
+    while time.perf_counter() < t_end:
+        moved = False
+        for i in range(1, L):
+            for t in _tier_options(fm, i):
+                if _tier_move_ok(fm, st, i, t):
+                    total, peak = fm.try_tier(st, i, t)
+                    if peak <= budget and better(total):
+                        st = _apply_tier(fm, st, i, t)
+                        moved = True
+        for l in range(L):
+            if st["keep"][l] or fm.res_ok[l]:
+                total, peak = fm.try_res(st, l)
+                if peak <= budget and better(total):
+                    keep = st["keep"][:]
+                    keep[l] = not keep[l]
+                    st = fm.state(st["tiers"], keep, st["k"])
+                    moved = True
+        for kk in (st["k"] - 1, st["k"] + 1):
+            if 0 <= kk <= fm.K:
+                other = fm.state(st["tiers"], st["keep"], kk)
+                if fm.peak_of(other) <= budget and better(other["total"]):
+                    st, moved = other, True
+        if moved:
+            continue
+        # pair moves: first change (any, even worsening or over budget), then a repairing second one
+        for i in range(1, L):
+            for t in _tier_options(fm, i):
+                if not _tier_move_ok(fm, st, i, t):
+                    continue
+                mid = _apply_tier(fm, st, i, t)
+                for j in range(1, L):
+                    if j == i:
+                        continue
+                    for u in _tier_options(fm, j):
+                        if _tier_move_ok(fm, mid, j, u):
+                            total, peak = fm.try_tier(mid, j, u)
+                            if peak <= budget and better(total):
+                                st, moved = _apply_tier(fm, mid, j, u), True
+                                break
+                    if moved:
+                        break
+                if not moved:
+                    for l in range(L):
+                        if mid["keep"][l] or fm.res_ok[l]:
+                            total, peak = fm.try_res(mid, l)
+                            if peak <= budget and better(total):
+                                keep = mid["keep"][:]
+                                keep[l] = not keep[l]
+                                st, moved = fm.state(mid["tiers"], keep, mid["k"]), True
+                                break
+                if moved or time.perf_counter() > t_end:
+                    break
+            if moved or time.perf_counter() > t_end:
+                break
+        if not moved:
+            break
+    return (st["tiers"], st["keep"], st["k"]), st["total"]
