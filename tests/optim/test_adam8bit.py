@@ -67,6 +67,9 @@ def test_one_step_parity_bitsandbytes_style(fmt):
         p8 = optax.apply_updates(p, u8)
         param_err.append(float(jnp.mean(jnp.abs(p8["w"] - optax.apply_updates(p, ur)["w"]))))
         p = p8
+    print(f"\n{fmt}: max state elements outside tol per step {max(num_bad)}, mean abs param "
+          f"error {np.mean(param_err):.3g}, max err/bound {max(block_err):.3f}, "
+          f"max scale/absmax {max(scale_ratio):.2f}")
     assert max(num_bad) < 20
     assert np.mean(param_err) < 6e-5
     # scale-free check: state error within the documented bound relative to the block scale,
