@@ -1,8 +1,9 @@
 """The fused per-tensor update: clip, dequantize, Adam(W) in fp32, requantize, in one pass.
 
 Everything here is elementwise or a per-block reduction, so XLA fuses one tensor's update into a
-few loops over memory. Both the whole-tree optax transform (``adam8bit.py``) and the layer-by-layer
-host API (``layerwise.py``) call :func:`leaf_update`, so the two agree to the last bit.
+few loops over memory. The whole-tree optax transform (``adam8bit.py``) calls :func:`leaf_update`;
+the layer-by-layer host step (``layerwise.fused_layer_step``) calls :func:`leaf_master_step`, the
+same math with its in-place writes ordered; the two agree to the last bit (tested).
 
 Legend: ``_nb`` = blocked view ``[num_blocks, block_size]``; ``_n1`` = per-block ``[num_blocks, 1]``.
 """
@@ -46,7 +47,17 @@ class AdamHyperparams(NamedTuple):
 
 
 def global_norm_fp32(tree) -> jax.Array:
-    """sqrt of the sum of squares of every leaf, accumulated in fp32 (as optax.global_norm)."""
+    """Global L2 norm of a tree, accumulated in fp32 whatever the leaves' dtype.
+
+    Args:
+      tree: gradients (any float dtypes).
+
+    Returns:
+      fp32 scalar ``sqrt(sum of squares)`` (``optax.global_norm`` semantics).
+
+    Example:
+      >>> global_norm_fp32({"a": jnp.full(4, 0.5, jnp.bfloat16)})  # 1.0
+    """
     leaves = jax.tree.leaves(tree)
     return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
 
