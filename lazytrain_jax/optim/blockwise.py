@@ -4,8 +4,8 @@ A tensor is flattened in row-major order and cut into blocks of ``block_size`` c
 elements (the last block is zero-padded). Each block stores one fp32 scale ``s`` (here, in
 :func:`quantize`, the block's absolute maximum; the optimizer may use any ``s`` >= the absmax, see
 ``kernel._scale_bounds``; every error bound below is relative to ``s``) and one 8-bit code per
-element, the codes kept in the
-tensor's own shape (so ``optax.tree.map_params`` and shardings of the parameter apply to them).
+element, the codes kept in the tensor's own shape (so ``optax.tree.map_params`` and shardings of
+the parameter apply to them).
 Scales have shape ``(num_blocks,) + (1,) * (ndim - 1)`` (same rank as the parameter).
 
 Encoding and decoding are a handful of elementwise operations each (no ``searchsorted`` over a
@@ -26,7 +26,7 @@ Formats (``state_format``):
     picks k or k + 1, whichever *decodes* closer to the input, by comparing the normalized input
     with the midpoint of the two decoded values (ties go to the smaller magnitude; exact up to a
     couple of ulp of the input next to a midpoint, checked against brute force in the tests).
-    Worst-case error per block (s = block absmax):
+    Worst-case error per block (s = the block's scale):
 
     * m: |x - dec(x)| <= s * (2|c| + 1) / (2 * 127**2) <= 0.79 % of s; relative to |x|, at most
       (2k + 1) / (2 k**2) for |x| >= s (k / 127)**2 (e.g. <= 0.8 % near the top, <= 8.7 % for
