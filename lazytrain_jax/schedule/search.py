@@ -242,7 +242,7 @@ class FastModel:
 
 
 def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
-                   time_budget_s: float = 1.0, starts=()) -> Plan | None:
+                   time_budget_s: float = 1.0, starts=(), memory_first: bool = False) -> Plan | None:
     """The best plan found by greedy construction and local search (None if none fits).
 
     Args:
@@ -262,6 +262,10 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
             sol = _construct(fm, use_nvme, full_start)
             if sol is not None:
                 candidates.append(sol)
+            elif memory_first and not full_start:
+                sol = _construct(fm, use_nvme, False, memory_first=True)
+                if sol is not None:
+                    candidates.append(sol)
     for p in starts:
         if p is None or p.optimizer_mode != "pipelined" or p.weight_prefetch_depth != 1 or p.act_prefetch_depth != 1:
             continue
@@ -326,12 +330,13 @@ def _apply_tier(fm, st, i, t):
     return fm.state(tiers, st["keep"], st["k"])
 
 
-def _construct(fm, use_nvme: bool, full_start: bool):
+def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False):
     """Greedy: free device memory at the least time per byte until the plan fits, then spend slack.
 
     ``full_start`` starts from every residual kept and the largest resident tail (residuals then
     compete with offloading for the memory); ``use_nvme`` reserves the NVMe staging buffers in host
-    memory from the start (else the NVMe tier is not used).
+    memory from the start (else the NVMe tier is not used); ``memory_first`` takes the move that
+    frees the most bytes (a fitting plan when time does not matter, e.g. for the largest batch).
     """
     L = fm.L
     budget = fm.hw.device_memory
@@ -355,7 +360,7 @@ def _construct(fm, use_nvme: bool, full_start: bool):
                     if t != "drop":
                         continue
                     freed = fm.A[i]  # the first recompute segment pays its working set once
-                scored.append((max(total - t_cur, 0.0) / freed, "tier", i, t))
+                scored.append((-freed if memory_first else max(total - t_cur, 0.0) / freed, "tier", i, t))
         for l in range(L):
             if st["keep"][l]:
                 total, new_peak = fm.try_res(st, l)

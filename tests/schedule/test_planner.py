@@ -56,12 +56,34 @@ def test_plan_json_round_trip_and_explain(tmp_path):
         Plan.from_json(p.to_json(), model=get_preset("qwen2.5-7b"))
 
 
-def test_max_batch_and_infeasible_message():
-    hw = Hardware.preset("rtx3090", host_memory=2e9)
-    p = plan("qwen2.5-7b", hw, batch_size="max", seq_len=1024, num_micro_batches=1)
+def _check_max_batch(model, hw, seq_len):
+    p = plan(model, hw, batch_size="max", seq_len=seq_len, num_micro_batches=1)
     assert p.fits()
-    with pytest.raises(ValueError, match="largest batch that fits is"):
-        plan("qwen2.5-7b", hw, batch_size=p.batch_size + 1, seq_len=1024, num_micro_batches=1)
+    with pytest.raises(ValueError, match=f"largest batch that fits is {p.batch_size}"):
+        plan(model, hw, batch_size=p.batch_size + 1, seq_len=seq_len, num_micro_batches=1)
+    return p
+
+
+def test_max_batch_and_infeasible_message():
+    p = _check_max_batch("qwen2.5-0.5b", Hardware.preset("rtx3090", device_memory=8e9, host_memory=1e9), 512)
+    assert p.batch_size > 8
+
+
+@pytest.mark.slow
+def test_max_batch_and_infeasible_message_7b():
+    # the memory-minimisation MILPs near the feasibility frontier take tens of seconds here
+    _check_max_batch("qwen2.5-7b", Hardware.preset("rtx3090", host_memory=2e9), 1024)
+
+
+def test_best_batch_has_highest_predicted_throughput():
+    hw = Hardware.preset("rtx3090", device_memory=5e9, host_memory=1e9)
+    best = plan("qwen2.5-0.5b", hw, batch_size="best", seq_len=512, num_micro_batches=1)
+    largest = plan("qwen2.5-0.5b", hw, batch_size="max", seq_len=512, num_micro_batches=1)
+    assert best.fits() and best.batch_size <= largest.batch_size
+    assert best.tokens_per_s >= largest.tokens_per_s * (1 - 1e-9)
+    for b in sorted({1, 2, max(1, largest.batch_size // 2), largest.batch_size - 1} - {0}):
+        fixed = plan("qwen2.5-0.5b", hw, batch_size=b, seq_len=512)
+        assert best.tokens_per_s >= fixed.tokens_per_s * (1 - 1e-9), b
 
 
 @pytest.mark.parametrize("kwargs,match", [
