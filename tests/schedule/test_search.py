@@ -1,0 +1,59 @@
+"""The search heuristic's incremental models equal timing.step_time / memory's peaks exactly."""
+
+import random
+import types
+
+import pytest
+
+from lazytrain_jax.model.config import get_preset
+from lazytrain_jax.schedule import memory, milp, search, timing
+from lazytrain_jax.schedule.costs import analytic_costs
+from lazytrain_jax.schedule.hardware import Hardware
+
+
+def _probe(tiers, keep, k):
+    return types.SimpleNamespace(boundary_tiers=tiers, keep_residuals=keep, resident_tail=k, weight_prefetch_depth=1,
+                                 act_prefetch_depth=1, optimizer_mode="pipelined")
+
+
+@pytest.mark.parametrize("num_layers", [4, 9, 24])
+def test_incremental_models_equal_timing_and_memory(num_layers):
+    hw = Hardware.preset("h800", device_memory=70e9)
+    costs = analytic_costs(get_preset("dense-27b", num_layers=num_layers), batch_size=8, seq_len=1024,
+                           device_flops=hw.device_flops, num_micro_batches=2)
+    fm = search.FastModel(costs, hw, max_segment_length=num_layers, max_resident_tail=num_layers)
+    rng = random.Random(num_layers)
+    L = num_layers
+    for _ in range(60):
+        tiers = ["device"] + [rng.choice(["device", "host", "drop"] + (["nvme"] if i <= L - 3 else []))
+                              for i in range(1, L)] + ["device"]
+        keep = [rng.random() < 0.3 for _ in range(L)]
+        k = rng.randint(0, L)
+        st = fm.state(tiers, keep, k)
+        assert st["total"] == pytest.approx(timing.step_time(costs, hw, _probe(tiers, keep, k)), rel=1e-12)
+        assert fm.peak_of(st) == pytest.approx(memory.device_peak_bytes(costs, hw, _probe(tiers, keep, k)), rel=1e-12)
+        i = rng.randint(1, L - 1)
+        t = rng.choice(["device", "host", "drop"] + (["nvme"] if i <= L - 3 else []))
+        moved = tiers[:i] + [t] + tiers[i + 1:]
+        total, peak = fm.try_tier(st, i, t)
+        assert total == pytest.approx(timing.step_time(costs, hw, _probe(moved, keep, k)), rel=1e-12)
+        assert peak == pytest.approx(memory.device_peak_bytes(costs, hw, _probe(moved, keep, k)), rel=1e-12)
+        l = rng.randrange(L)
+        toggled = keep[:l] + [not keep[l]] + keep[l + 1:]
+        total, peak = fm.try_res(st, l)
+        assert total == pytest.approx(timing.step_time(costs, hw, _probe(tiers, toggled, k)), rel=1e-12)
+        assert peak == pytest.approx(memory.device_peak_bytes(costs, hw, _probe(tiers, toggled, k)), rel=1e-12)
+
+
+def test_search_plan_is_in_the_milp_space_and_near_optimal():
+    hw = Hardware.preset("h800", device_memory=70e9, host_memory=15e9, nvme_memory=32e9)
+    costs = analytic_costs(get_preset("dense-27b", num_layers=28), batch_size=72, seq_len=1024,
+                           device_flops=hw.device_flops, num_micro_batches=8)
+    found = search.heuristic_plan(costs, hw, time_budget_s=0.5)
+    assert found is not None and found.fits()
+    exact = milp.solve(costs, hw, rel_gap=0.0, heuristic_budget_s=0.0)
+    assert exact.predicted_step_time_s <= found.predicted_step_time_s + 1e-9
+    assert found.predicted_step_time_s <= exact.predicted_step_time_s * 1.01
+    # the default solve (heuristic start, root-LP stop) is within its reported gap of the optimum
+    quick = milp.solve(costs, hw, rel_gap=1e-2)
+    assert quick.predicted_step_time_s <= exact.predicted_step_time_s * (1 + quick.gap) + 1e-9
