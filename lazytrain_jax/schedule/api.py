@@ -46,7 +46,7 @@ def ideal_plan(costs: Costs, hardware: Hardware) -> Plan:
 
 
 def best_heuristic(costs: Costs, hardware: Hardware) -> Plan | None:
-    fitting = [p for p in heuristics.all_heuristics(costs, hardware) if p.fits()]
+    fitting = [p for p in heuristics.all_heuristics(costs, hardware) if p.fits() and p.costs == costs]
     return min(fitting, key=lambda p: p.predicted_step_time_s, default=None)
 
 
