@@ -126,3 +126,22 @@ def test_trace_and_gantt(tmp_path):
     pytest.importorskip("matplotlib")
     save_gantt_png(r, str(tmp_path / "g.png"))
     assert (tmp_path / "g.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("model,tied", [("qwen2.5-3b", True), ("qwen2.5-7b", False)])
+def test_megatrain_keeps_embedding_and_head_resident(model, tied):
+    config = get_preset(model)
+    hw = Hardware.preset("rtx3090")
+    costs = analytic_costs(config, batch_size=2, seq_len=512, device_flops=hw.device_flops)
+    mt = heuristics.megatrain(costs, hw, 4)
+    table = config.vocab_size * config.hidden_size
+    extra = 0 if tied else table * 2 * 2  # bf16 weights and bf16 gradients of the untied table
+    assert mt.costs.head_workspace_bytes == pytest.approx(costs.head_workspace_bytes + extra)
+    assert mt.costs.weight_bytes[-1] == 0 and mt.costs.grad_bytes[-1] == 0  # head not streamed
+    assert mt.costs.weight_bytes[0] == pytest.approx(costs.weight_bytes[-1] + (0 if tied else table * 2))
+    assert mt.optimizer_mode == "serial" and set(mt.boundary_tiers) <= {"device", "drop"}
+    assert not any(mt.keep_residuals) and mt.weight_prefetch_depth == 1
+    assert [i for i, t in enumerate(mt.boundary_tiers) if t == "device"] == \
+        sorted({i for i in range(0, config.num_layers + 1, 4)} | {config.num_layers})
+    sim = simulate(mt, num_steps=2)
+    assert abs(sim.step_time_s - mt.predicted_step_time_s) <= 0.05 * mt.predicted_step_time_s
