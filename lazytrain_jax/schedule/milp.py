@@ -251,10 +251,9 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if found is not None and (warm_start is None
                                   or found.predicted_step_time_s <= warm_start.predicted_step_time_s):
             warm_start = found
-    if warm_start is not None:
-        start = _start_values(warm_start, x, dev, host, nv, res, r)
-        if start:
-            m.start = start
+    start = _start_values(warm_start, x, dev, host, nv, res, r) if warm_start is not None else []
+    if start:
+        m.start = start
     if relax or (found is not None and rel_gap > 0):
         with _quiet_stdout():
             status = m.optimize(relax=True)
@@ -265,7 +264,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if cutoff is not None and lp_bound >= cutoff:
             return None  # no plan of this space beats the cutoff
         value = found.predicted_step_time_s
-        if found is warm_start and (cutoff is None or value < cutoff) and value - lp_bound <= rel_gap * value:
+        if found is warm_start and start and (cutoff is None or value < cutoff) and value - lp_bound <= rel_gap * value:
             # the root LP bound already proves the search's plan within rel_gap: what CBC would
             # conclude at its root, without its preprocessing (seconds at 100+ layers)
             return found.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - lp_bound) / value),
