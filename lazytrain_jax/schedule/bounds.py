@@ -1,4 +1,4 @@
-"""Lower bounds for judging a step (REFERENCES.md, "Lower bounds for judging a step"), phase form.
+"""Lower bounds for judging a step (per channel: compute, H2D, D2H, NVMe, host optimizer), phase form.
 
     T_step >= T_fwd + T_bwd + T_tail, each phase a max over its channels:
     T_fwd  >= max(Σ forward compute (head included), Σ forward uploads / h2d, Σ offloads / d2h)

@@ -147,10 +147,10 @@ PRESETS: dict[str, dict[str, float]] = {
 }
 
 PRESET_SOURCES = {
-    "rtx3090": "REFERENCES.md hardware table (NVIDIA datasheet): 24 GB, 71 TFLOPS, PCIe 4.0 x16",
-    "rtx4090": "REFERENCES.md hardware table: 24 GB, ~165 TFLOPS, PCIe 4.0 x16",
-    "a100-80g": "REFERENCES.md hardware table: 80 GB, 312 TFLOPS, PCIe 4.0 x16",
-    "h800": "REFERENCES.md: ~989 TFLOPS; PCIe measured 12 GB/s per direction by LazyTrain",
-    "h100": "REFERENCES.md hardware table: 80 GB, ~989 TFLOPS, PCIe 5.0 x16 (12 GB/s measured)",
-    "h200": "REFERENCES.md: 141 GB, ~989 TFLOPS, matmul measured 769-798 TFLOP/s, PCIe 5.0 x16",
+    "rtx3090": "NVIDIA GeForce RTX 3090 datasheet: 24 GB, 71 dense bf16 TFLOPS, PCIe 4.0 x16",
+    "rtx4090": "NVIDIA GeForce RTX 4090 datasheet: 24 GB, ~165 dense bf16 TFLOPS, PCIe 4.0 x16",
+    "a100-80g": "NVIDIA A100 80GB datasheet: 80 GB, 312 dense bf16 TFLOPS, PCIe 4.0 x16",
+    "h800": "NVIDIA H800 SXM: 80 GB, ~989 dense bf16 TFLOPS; PCIe 12 GB/s per direction as measured by LazyTrain (arXiv 2608.11919)",
+    "h100": "NVIDIA H100 SXM datasheet: 80 GB, ~989 dense bf16 TFLOPS, PCIe 5.0 x16 (12 GB/s as measured on H800 by LazyTrain)",
+    "h200": "NVIDIA H200 datasheet: 141 GB, ~989 dense bf16 TFLOPS (a bf16 8192^3 matmul measured 769-798 TFLOP/s), PCIe 5.0 x16",
 }

@@ -15,7 +15,7 @@ def megatrain_costs(costs):
     """``costs`` as MegaTrain's executor incurs them: embedding and head resident on the device.
 
     MegaTrain keeps the embedding table and the LM head (weights and their gradients) on the GPU for
-    the whole step (REFERENCES.md). With the same Plan machinery that is, per step:
+    the whole step (MegaTrain's published design). With the same Plan machinery that is, per step:
     - device memory: the embedding table and its gradient are added to the head/loss working set
       (which already holds the head weights and gradient; a tied head shares the table);
     - the host gathers no rows (``FE`` uploads nothing) and the head's weights are not streamed in

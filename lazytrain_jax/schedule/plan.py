@@ -194,8 +194,9 @@ class Plan:
         return cls.from_dict(d, expect_fingerprint=fingerprint)
 
     def save(self, path: str) -> None:
-        with open(path, "w") as f:
-            f.write(self.to_json())
+        """Writes the plan's JSON atomically (no half-written file on failure)."""
+        from lazytrain_jax.atomic import atomic_write_text
+        atomic_write_text(path, self.to_json())
 
     @classmethod
     def load(cls, path: str, *, model=None) -> "Plan":

@@ -26,8 +26,9 @@ def chrome_trace(result) -> dict:
 
 
 def save_chrome_trace(result, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(chrome_trace(result), f)
+    """Writes the Chrome/Perfetto trace JSON atomically."""
+    from lazytrain_jax.atomic import atomic_write_text
+    atomic_write_text(path, json.dumps(chrome_trace(result)))
 
 
 def save_gantt_png(result, path: str, *, title: str = "") -> None:
@@ -56,5 +57,9 @@ def save_gantt_png(result, path: str, *, title: str = "") -> None:
     axm.set_ylabel("device GB")
     axm.set_xlabel("seconds")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    from lazytrain_jax.atomic import atomic_path
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png")
+    finally:
+        plt.close(fig)

@@ -145,3 +145,27 @@ def test_megatrain_keeps_embedding_and_head_resident(model, tied):
         sorted({i for i in range(0, config.num_layers + 1, 4)} | {config.num_layers})
     sim = simulate(mt, num_steps=2)
     assert abs(sim.step_time_s - mt.predicted_step_time_s) <= 0.05 * mt.predicted_step_time_s
+
+
+def test_plan_save_is_atomic(tmp_path, monkeypatch):
+    import os
+
+    from lazytrain_jax import atomic
+    from lazytrain_jax.schedule import heuristics
+    from lazytrain_jax.schedule.costs import synthetic_costs
+    from lazytrain_jax.schedule.hardware import Hardware
+
+    hw = Hardware.preset("rtx3090")
+    plan = heuristics.every_layer(synthetic_costs(num_layers=4, weight_bytes=1e6, boundary_bytes=1e5, fwd_time=1e-3), hw)
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    before = path.read_text()
+
+    def broken_fsync(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="No space left"):
+        heuristics.full_recompute(synthetic_costs(num_layers=4, weight_bytes=1e6, boundary_bytes=1e5, fwd_time=1e-3), hw).save(path)
+    assert path.read_text() == before
+    assert os.listdir(tmp_path) == ["plan.json"]
