@@ -140,11 +140,8 @@ class Costs:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Costs":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - fields)
-        if unknown:
-            raise ValueError(f"Costs: unknown field {unknown[0]!r}; valid: {sorted(fields)}")
-        return cls(**d)
+        from lazytrain_jax.schedule.hardware import dataclass_from_dict
+        return dataclass_from_dict(cls, d)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())

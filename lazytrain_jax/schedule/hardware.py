@@ -13,6 +13,16 @@ import difflib
 from typing import Any, Mapping
 
 GB = 1e9
+
+
+def dataclass_from_dict(cls, d: Mapping[str, Any]):
+    """``cls(**d)`` for a dataclass, rejecting unknown keys with the list of valid ones."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - fields)
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field {unknown[0]!r}; valid: {sorted(fields)}")
+    return cls(**d)
+
 GIB = 2**30
 
 _POSITIVE = ("device_memory", "h2d_bw", "d2h_bw", "nvme_read_bw", "nvme_write_bw", "host_opt_rate",
@@ -104,11 +114,7 @@ class Hardware:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Hardware":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - fields)
-        if unknown:
-            raise ValueError(f"Hardware: unknown field {unknown[0]!r}; valid: {sorted(fields)}")
-        return cls(**d)
+        return dataclass_from_dict(cls, d)
 
 
 def as_hardware(hardware: "Hardware | str", **overrides) -> Hardware:

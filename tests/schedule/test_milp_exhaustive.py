@@ -12,9 +12,9 @@ from lazytrain_jax.schedule.hardware import Hardware
 GB = 1e9
 
 
-def enumerate_best(costs, hw, max_segment_length, max_resident_tail):
+def tier_options(costs, hw):
+    """The tiers each inner boundary 1..L-1 may take in the decision space."""
     L = costs.num_layers
-    best = float("inf")
     options = []
     for i in range(1, L):
         opts = ["device", "drop"]
@@ -23,6 +23,13 @@ def enumerate_best(costs, hw, max_segment_length, max_resident_tail):
         if 1 <= i <= L - 3 and costs.boundary_bytes[i] <= hw.nvme_memory and 2 * max(costs.boundary_bytes) <= hw.host_memory:
             opts.append("nvme")
         options.append(opts)
+    return options
+
+
+def enumerate_best(costs, hw, max_segment_length, max_resident_tail):
+    L = costs.num_layers
+    best = float("inf")
+    options = tier_options(costs, hw)
     for inner in itertools.product(*options):
         tiers = ("device",) + inner + ("device",)
         if any(e - s > max_segment_length for s, e in memory.segments(tiers)):
@@ -48,14 +55,7 @@ def enumerate_best_by_layer_gains(costs, hw, max_segment_length, max_resident_ta
     the full timing model, and additivity is checked on it."""
     L = costs.num_layers
     best = float("inf")
-    options = []
-    for i in range(1, L):
-        opts = ["device", "drop"]
-        if costs.boundary_bytes[i] <= hw.host_memory:
-            opts.append("host")
-        if 1 <= i <= L - 3 and costs.boundary_bytes[i] <= hw.nvme_memory and 2 * max(costs.boundary_bytes) <= hw.host_memory:
-            opts.append("nvme")
-        options.append(opts)
+    options = tier_options(costs, hw)
 
     def probe(tiers, keep, k):
         return types.SimpleNamespace(boundary_tiers=tiers, keep_residuals=keep, resident_tail=k, weight_prefetch_depth=1,
