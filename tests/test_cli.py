@@ -28,3 +28,26 @@ def test_bad_input_exits_nonzero(capsys):
         cli.main(["demo", "--batch-size", "0"])
     assert e.value.code == 2
     assert cli.main([]) == 2
+
+
+def test_plan_prints_and_saves_json(tmp_path, capsys):
+    from lazytrain_jax.schedule.plan import Plan
+
+    out = tmp_path / "plan.json"
+    assert cli.main(["plan", "qwen3-debug", "--hardware", "rtx3090", "--batch-size", "4", "--seq-len", "64",
+                     "--set", "h2d_bw=12e9", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "predicted step" in text and "plan saved to" in text
+    loaded = Plan.load(str(out))
+    assert loaded.costs.batch_size == 4 and loaded.hardware.h2d_bw == 12e9
+
+
+def test_plan_bad_input_exits_nonzero(capsys):
+    assert cli.main(["plan", "qwen3-debug", "--hardware", "h8000"]) == 1
+    assert "unknown hardware preset 'h8000'" in capsys.readouterr().err
+    assert cli.main(["plan", "qwen3-debug", "--set", "h2d_bw=-1"]) == 1
+    assert "h2d_bw" in capsys.readouterr().err
+    assert cli.main(["plan", "qwen3-debug", "--set", "h2d_bw"]) == 1
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plan", "qwen3-debug", "--batch-size", "zero"])
+    assert e.value.code == 2
