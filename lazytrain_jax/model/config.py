@@ -334,3 +334,15 @@ def get_preset(name: str, **overrides) -> ModelConfig:
         hint = f" Did you mean {close}?" if close else ""
         raise ValueError(f"unknown model preset {name!r}.{hint} Valid presets: {sorted(PRESETS)}")
     return ModelConfig(**{**PRESETS[name], **overrides})
+
+
+def resolve_config(model: Any, *, what: str = "a Model, a ModelConfig or a preset name") -> ModelConfig:
+    """A ModelConfig from a preset name, a ModelConfig or anything with a ``.config`` ModelConfig."""
+    if isinstance(model, str):
+        return get_preset(model)
+    if isinstance(model, ModelConfig):
+        return model
+    config = getattr(model, "config", None)
+    if isinstance(config, ModelConfig):
+        return config
+    raise ValueError(f"model={model!r} must be {what}")

@@ -14,7 +14,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
-from lazytrain_jax.model.config import ModelConfig, get_preset
+from lazytrain_jax.model.config import ModelConfig, resolve_config
 from lazytrain_jax.model.units import ModelUnits, get_units
 
 NUMPY_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -47,14 +47,6 @@ class Model:
         """The embedding matrix when the LM head is tied to it, else None."""
         params = self.params if params is None else params
         return params["embed"]["embed_tokens"]["weight"] if self.config.tie_word_embeddings else None
-
-
-def resolve_config(preset_or_config: str | ModelConfig) -> ModelConfig:
-    if isinstance(preset_or_config, ModelConfig):
-        return preset_or_config
-    if isinstance(preset_or_config, str):
-        return get_preset(preset_or_config)
-    raise ValueError(f"expected a preset name or a ModelConfig, got {type(preset_or_config).__name__}")
 
 
 def numpy_dtype(dtype) -> np.dtype:

@@ -21,15 +21,8 @@ MAX_MICRO_BATCHES = 64
 
 def resolve_config(model):
     """A ModelConfig from a preset name, a ModelConfig or anything with ``.config``."""
-    from lazytrain_jax.model.config import ModelConfig, get_preset
-    if isinstance(model, str):
-        return get_preset(model)
-    if isinstance(model, ModelConfig):
-        return model
-    config = getattr(model, "config", None)
-    if isinstance(config, ModelConfig):
-        return config
-    raise ValueError(f"model={model!r} must be a Model, a ModelConfig, a preset name or a Costs")
+    from lazytrain_jax.model.config import resolve_config as resolve
+    return resolve(model, what="a Model, a ModelConfig, a preset name or a Costs")
 
 
 def _check_positive_int(name, value):
