@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 # name -> (transformers config class name, kwargs); together they cover GQA ratios 1, 2 and 4,
-# head_dim != hidden/heads, tied and untied embeddings, qkv bias, and llama3 rope scaling.
+# head_dim != hidden/heads, tied and untied embeddings, qkv bias, and llama3 and linear rope scaling.
 CASES = {
     "llama-gqa1-llama3rope": ("LlamaConfig", dict(
         vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
@@ -13,6 +13,10 @@ CASES = {
         max_position_embeddings=64, rope_parameters=dict(
             rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
             original_max_position_embeddings=8))),
+    "llama-gqa4-linearrope": ("LlamaConfig", dict(
+        vocab_size=97, hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=2, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0))),
     "llama-gqa2-bias-tied": ("LlamaConfig", dict(
         vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, tie_word_embeddings=True, attention_bias=True, mlp_bias=True)),
