@@ -324,6 +324,13 @@ def _tier_move_ok(fm, st, i, t, host_cap=None):
     return host + (2.0 * fm.a_max if num_nvme else 0.0) <= hw.host_memory and nvme <= hw.nvme_memory
 
 
+def _toggle_residuals(fm, st, l):
+    """``st`` with layer ``l``'s keep-residuals decision flipped."""
+    keep = st["keep"][:]
+    keep[l] = not keep[l]
+    return fm.state(st["tiers"], keep, st["k"])
+
+
 def _apply_tier(fm, st, i, t):
     tiers = st["tiers"][:]
     tiers[i] = t
@@ -455,10 +462,7 @@ def _local_search(fm, sol, t_end):
             if st["keep"][l] or fm.res_ok[l]:
                 total, peak = fm.try_res(st, l)
                 if peak <= budget and better(total):
-                    keep = st["keep"][:]
-                    keep[l] = not keep[l]
-                    st = fm.state(st["tiers"], keep, st["k"])
-                    moved = True
+                    st, moved = _toggle_residuals(fm, st, l), True
         for kk in (st["k"] - 1, st["k"] + 1):
             if 0 <= kk <= fm.K:
                 other = fm.state(st["tiers"], st["keep"], kk)
@@ -488,9 +492,7 @@ def _local_search(fm, sol, t_end):
                         if mid["keep"][l] or fm.res_ok[l]:
                             total, peak = fm.try_res(mid, l)
                             if peak <= budget and better(total):
-                                keep = mid["keep"][:]
-                                keep[l] = not keep[l]
-                                st, moved = fm.state(mid["tiers"], keep, mid["k"]), True
+                                st, moved = _toggle_residuals(fm, mid, l), True
                                 break
                 if moved or time.perf_counter() > t_end:
                     break
