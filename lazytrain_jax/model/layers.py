@@ -66,7 +66,7 @@ class Attention(nnx.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def __call__(self, x_BxSxD, cos_BxSxE, sin_BxSxE, mask_BxSxS):
+    def __call__(self, x_BxSxD, cos_BxSxE, sin_BxSxE, attention_mask_BxS):
         cfg = self.cfg
         B, S, _ = x_BxSxD.shape
         K, E = cfg.num_kv_heads, cfg.head_dim
@@ -79,14 +79,33 @@ class Attention(nnx.Module):
             k_BxSxKxE = self.k_norm(k_BxSxKxE)
         q_BxSxHxE = apply_rope(q_BxSxHxE, cos_BxSxE, sin_BxSxE)
         k_BxSxKxE = apply_rope(k_BxSxKxE, cos_BxSxE, sin_BxSxE)
-        # Query head h uses kv head h // G (transformers' repeat_kv layout).
-        q_BxSxKxGxE = q_BxSxHxE.reshape(B, S, K, G, E)
-        scores_BxKxGxSxS = jnp.einsum("bqkge,bske->bkgqs", q_BxSxKxGxE, k_BxSxKxE,
-                                      preferred_element_type=jnp.float32) * (E ** -0.5)
-        scores_BxKxGxSxS = scores_BxKxGxSxS + jnp.where(mask_BxSxS, 0.0, MASK_VALUE)[:, None, None]
-        probs_BxKxGxSxS = jax.nn.softmax(scores_BxKxGxSxS, axis=-1).astype(v_BxSxKxE.dtype)
-        out_BxSxKxGxE = jnp.einsum("bkgqs,bske->bqkge", probs_BxKxGxSxS, v_BxSxKxE)
-        return self.o_proj(out_BxSxKxGxE.reshape(B, S, K * G * E))
+        out_BxSxHxE = attend(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS)
+        return self.o_proj(out_BxSxHxE.reshape(B, S, K * G * E))
+
+
+def attend(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS):
+    """Causal grouped-query attention core: softmax(q k^T / sqrt(E) + mask) v, fp32 scores.
+
+    ``attention_mask_BxS`` marks real keys (1) and padding (0); key s is visible to query q iff
+    s <= q and the key is real.
+
+    Query head h uses kv head h // G (transformers' repeat_kv layout). Masked scores get the fp32
+    minimum *added* (transformers' eager attention), so fully masked rows give uniform weights.
+
+    Returns:
+      out_BxSxHxE in v's dtype.
+    """
+    B, S, H, E = q_BxSxHxE.shape
+    K = k_BxSxKxE.shape[2]
+    G = H // K
+    q_BxSxKxGxE = q_BxSxHxE.reshape(B, S, K, G, E)
+    scores_BxKxGxSxS = jnp.einsum("bqkge,bske->bkgqs", q_BxSxKxGxE, k_BxSxKxE,
+                                  preferred_element_type=jnp.float32) * (E ** -0.5)
+    mask_BxSxS = causal_padding_mask(attention_mask_BxS)
+    scores_BxKxGxSxS = scores_BxKxGxSxS + jnp.where(mask_BxSxS, 0.0, MASK_VALUE)[:, None, None]
+    probs_BxKxGxSxS = jax.nn.softmax(scores_BxKxGxSxS, axis=-1).astype(v_BxSxKxE.dtype)
+    out_BxSxKxGxE = jnp.einsum("bkgqs,bske->bqkge", probs_BxKxGxSxS, v_BxSxKxE)
+    return out_BxSxKxGxE.reshape(B, S, H, E)
 
 
 class MLP(nnx.Module):
@@ -114,8 +133,8 @@ class DecoderLayer(nnx.Module):
 
     def __call__(self, h_BxSxD, positions_BxS, attention_mask_BxS):
         cos_BxSxE, sin_BxSxE = rope_cos_sin(self.cfg, positions_BxS, h_BxSxD.dtype)
-        mask_BxSxS = causal_padding_mask(attention_mask_BxS)
-        h_BxSxD = h_BxSxD + self.self_attn(self.input_layernorm(h_BxSxD), cos_BxSxE, sin_BxSxE, mask_BxSxS)
+        h_BxSxD = h_BxSxD + self.self_attn(self.input_layernorm(h_BxSxD), cos_BxSxE, sin_BxSxE,
+                                           attention_mask_BxS)
         return h_BxSxD + self.mlp(self.post_attention_layernorm(h_BxSxD))
 
 

@@ -59,13 +59,14 @@ class ModelUnits:
         return nnx.merge(self.embed_def, params)(input_ids_BxS)
 
     def layer(self, kind: str) -> Callable:
-        """``fn(params, h_BxSxD, positions_BxS, attention_mask_BxS) -> h_BxSxD`` for layers of ``kind``."""
-        graphdef = self.layer_defs[kind]
+        """``fn(params, h_BxSxD, positions_BxS, attention_mask_BxS) -> h_BxSxD`` for layers of ``kind``.
 
-        def layer_fn(params, h_BxSxD, positions_BxS, attention_mask_BxS):
-            return nnx.merge(graphdef, params)(h_BxSxD, positions_BxS, attention_mask_BxS)
-
-        return layer_fn
+        The same function object is returned for every call with the same config and kind, so a
+        ``jax.jit`` of it (or a jit cache keyed on it) compiles once per kind and shape.
+        """
+        if kind not in self.layer_defs:
+            raise ValueError(f"kind={kind!r} is not a layer kind of this model; valid: {sorted(self.layer_defs)}")
+        return _layer_fn(self.config, kind)
 
     def head_logits(self, params, tied_weight_VxD, h_BxSxD):
         """Full fp32 logits [B, S, V] (reference path only; training uses ``head_loss``)."""
@@ -108,6 +109,17 @@ class ModelUnits:
 
         loss_sum, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), (x_NxCxD, t_NxC))
         return loss_sum, jnp.sum(t_T != IGNORE_INDEX).astype(jnp.float32)
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_fn(cfg: ModelConfig, kind: str) -> Callable:
+    graphdef = _abstract(cfg, kind)[0]
+
+    def layer_fn(params, h_BxSxD, positions_BxS, attention_mask_BxS):
+        return nnx.merge(graphdef, params)(h_BxSxD, positions_BxS, attention_mask_BxS)
+
+    layer_fn.__name__ = f"layer_{kind}"
+    return layer_fn
 
 
 @functools.lru_cache(maxsize=256)
