@@ -68,6 +68,28 @@ class ModelUnits:
             raise ValueError(f"kind={kind!r} is not a layer kind of this model; valid: {sorted(self.layer_defs)}")
         return _layer_fn(self.config, kind)
 
+    def layer_forward_with_residuals(self, kind: str) -> Callable:
+        """``fn(params, h_BxSxD, positions_BxS, attention_mask_BxS) -> (h_out_BxSxD, residuals)``.
+
+        ``residuals`` is the list of arrays ``jax.vjp`` keeps for the layer's backward, *without*
+        the layer's own parameter arrays (the backward receives them again, so a kept layer's
+        weights need not stay on the device between its forward and its backward). Pair with
+        :meth:`layer_backward_from_residuals`. One function per (config, kind).
+        """
+        self.layer(kind)
+        return _residual_fns(self.config, kind)[0]
+
+    def layer_backward_from_residuals(self, kind: str) -> Callable:
+        """``fn(params, residuals, g_out_BxSxD) -> (g_params, g_h_BxSxD)`` (see above)."""
+        self.layer(kind)
+        return _residual_fns(self.config, kind)[1]
+
+    def layer_backward(self, kind: str) -> Callable:
+        """``fn(params, h_BxSxD, positions_BxS, attention_mask_BxS, g_out_BxSxD) -> (g_params, g_h_BxSxD)``:
+        the layer's backward with its in-layer forward recomputed from its input."""
+        self.layer(kind)
+        return _residual_fns(self.config, kind)[2]
+
     def head_logits(self, params, tied_weight_VxD, h_BxSxD):
         """Full fp32 logits [B, S, V] (reference path only; training uses ``head_loss``)."""
         head = nnx.merge(self.head_def, params)
@@ -120,6 +142,48 @@ def _layer_fn(cfg: ModelConfig, kind: str) -> Callable:
 
     layer_fn.__name__ = f"layer_{kind}"
     return layer_fn
+
+
+def _signature(tree) -> tuple:
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype).name) for x in leaves)
+
+
+@functools.lru_cache(maxsize=64)
+def _residual_fns(cfg: ModelConfig, kind: str):
+    """Forward-with-residuals, backward-from-residuals and recompute-backward of one layer kind.
+
+    The vjp's pytree structure (its treedef, and which of its leaves are the layer's own parameter
+    arrays) is recorded when the forward is traced, keyed by the input signature; the backward
+    rebuilds the vjp from it with the parameters it is given.
+    """
+    layer_fn = _layer_fn(cfg, kind)
+    structures: dict = {}
+
+    def forward(params, h_BxSxD, positions_BxS, attention_mask_BxS):
+        out_BxSxD, vjp_fn = jax.vjp(lambda p, h: layer_fn(p, h, positions_BxS, attention_mask_BxS), params, h_BxSxD)
+        leaves, treedef = jax.tree.flatten(vjp_fn)
+        param_index = {id(x): i for i, x in enumerate(jax.tree.leaves(params))}
+        slots = tuple(param_index.get(id(leaf)) for leaf in leaves)
+        structures[_signature((params, h_BxSxD))] = (treedef, slots)
+        return out_BxSxD, [leaf for leaf, slot in zip(leaves, slots) if slot is None]
+
+    def backward_from_residuals(params, residuals, g_out_BxSxD):
+        key = _signature((params, g_out_BxSxD))
+        if key not in structures:
+            raise ValueError(f"no forward of layer kind {kind!r} was traced for these shapes; run "
+                             "layer_forward_with_residuals first")
+        treedef, slots = structures[key]
+        param_leaves = jax.tree.leaves(params)
+        it = iter(residuals)
+        leaves = [next(it) if slot is None else param_leaves[slot] for slot in slots]
+        return treedef.unflatten(leaves)(g_out_BxSxD)
+
+    def backward(params, h_BxSxD, positions_BxS, attention_mask_BxS, g_out_BxSxD):
+        _, vjp_fn = jax.vjp(lambda p, h: layer_fn(p, h, positions_BxS, attention_mask_BxS), params, h_BxSxD)
+        return vjp_fn(g_out_BxSxD)
+
+    return forward, backward_from_residuals, backward
 
 
 @functools.lru_cache(maxsize=256)
