@@ -30,6 +30,7 @@ _EXPORTS = {
     "plan": "lazytrain_jax.schedule.api",
     "Plan": "lazytrain_jax.schedule.plan",
     "Hardware": "lazytrain_jax.schedule.hardware",
+    "StreamingEngine": "lazytrain_jax.executor.engine",
 }
 _SUBMODULES = {"optim", "schedule", "model", "executor", "train", "data"}
 
