@@ -23,7 +23,18 @@ from lazytrain_jax.optim import layerwise
 UNIT_KEYS = ("embed", "layers", "head")
 
 
+@functools.lru_cache(maxsize=256)
+def _host_jit_cached(fn, host_sharding, jit_items):
+    return _host_jit(fn, host_sharding, **dict(jit_items))
+
+
 def host_jit(fn, host_sharding, **jit_kwargs):
+    """One cached :func:`_host_jit` per (function, sharding, jit arguments): engines built for the
+    same model and optimizer share compilations."""
+    return _host_jit_cached(fn, host_sharding, tuple(sorted(jit_kwargs.items())))
+
+
+def _host_jit(fn, host_sharding, **jit_kwargs):
     """``jax.jit(fn)`` running on the host store's arrays and returning arrays in its memory kind.
 
     On the CPU backend the host store is the ``pinned_host`` memory kind of the CPU device, and XLA
@@ -134,6 +145,15 @@ class UnitAdamW8bit:
         return state._replace(count=jax.device_put(count, self.host), num_skipped=jax.device_put(skipped, self.host))
 
 
+@functools.lru_cache(maxsize=32)
+def _apply_fn(tx):
+    def apply(grads, state, params):
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    return apply
+
+
 class WholeTreeOptax:
     """Any optax transform on the whole host tree after backward (serial mode)."""
 
@@ -142,14 +162,10 @@ class WholeTreeOptax:
     def __init__(self, tx, host_sharding):
         self.tx = tx
         self.host = host_sharding
-        self._update = host_jit(self._apply, host_sharding, donate_argnums=(1, 2))
+        self._update = host_jit(_apply_fn(tx), host_sharding, donate_argnums=(1, 2))
 
     def init(self, master: dict):
         return host_jit(self.tx.init, self.host)(master)
-
-    def _apply(self, grads, state, params):
-        updates, state = self.tx.update(grads, state, params)
-        return optax.apply_updates(params, updates), state
 
     def update(self, grads, state, params):
         return self._update(grads, state, params)

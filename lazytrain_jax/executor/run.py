@@ -75,6 +75,7 @@ class StepRun:
         self.inv_count = np.float32(1.0 / max(count, 1))
         self.data_shards = 1 if engine.mesh is None else engine.mesh.shape["data"]
         self.h: dict[int, list] = {}            # boundary -> device arrays per micro-batch
+        self.h_tag: dict[int, str] = {}        # ledger tag of a boundary's device copy when not h{i}
         self.h_host: dict[int, object] = {}     # boundary -> future of host arrays (host tier / NVMe staging)
         self.h_nvme: dict[int, object] = {}     # boundary -> future of the NVMe writes
         self.res: dict[int, list] = {}
@@ -168,6 +169,8 @@ class StepRun:
         if b is None or self.tiers[b] not in OFFLOAD_TIERS:
             return
         e = self.e
+        if (b not in self.h_nvme) if self.tiers[b] == "nvme" else (b not in self.h_host):
+            return  # not produced yet (the forward pass is still below it): issued at a later item
         if self.tiers[b] == "nvme" and k not in self.rfut:
             write_fut = self.h_nvme[b]
 
@@ -217,7 +220,7 @@ class StepRun:
         if i not in self.h:
             return
         arrays = self.h.pop(i)
-        tag = f"h{i}"
+        tag = self.h_tag.pop(i, f"h{i}")
 
         def free():
             del arrays[:]
@@ -383,7 +386,8 @@ class StepRun:
             return self.h[s]
         fetched = self.e._wait(self.afut.pop(k), "h2d")
         self.e.ledger.free(f"fetch{k}")
-        self.e.ledger.add(f"h{s}", fetched, item=item.name)
+        self.e.ledger.add(f"h{s} fetched", fetched, item=item.name)
+        self.h_tag[s] = f"h{s} fetched"
         self.h[s] = fetched
         self.h_host.pop(s, None)
         return fetched

@@ -1,0 +1,73 @@
+"""Tiny models, batches and random valid plans shared by the executor tests."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import lazytrain_jax as lt
+from lazytrain_jax.executor.profiler import unit_costs
+from lazytrain_jax.schedule.hardware import Hardware
+from lazytrain_jax.schedule.plan import Plan
+
+BATCH, SEQ = 4, 16
+NUM_LAYERS = 6
+HARDWARE = Hardware(name="test", device_memory=1e12, h2d_bw=1e10, d2h_bw=1e10, device_flops=1e12,
+                    device_margin=0.0, nvme_memory=1e10, host_memory=1e12)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_model(family: str, seed: int = 0):
+    cfg = lt.get_preset(f"{family}-debug")
+    cfg = cfg.replace(num_layers=NUM_LAYERS, layer_kinds=(cfg.layer_kinds[0],) * NUM_LAYERS)
+    return lt.init_model(cfg, seed=seed)
+
+
+def tiny_batch(model, seed: int = 0, batch: int = BATCH, seq: int = SEQ) -> dict:
+    """Random ids with left padding in one row and masked labels in another."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, model.config.vocab_size, (batch, seq)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[0, :3] = 0
+    labels = np.where(mask == 1, ids, -100).astype(np.int32)
+    labels[1, : seq // 3] = -100
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def costs_for(model, num_micro_batches: int, stream_dtype: str = "float32"):
+    return _costs_for(model.config, num_micro_batches, stream_dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _costs_for(config, num_micro_batches: int, stream_dtype: str):
+    return unit_costs(config, batch_size=BATCH, seq_len=SEQ, num_micro_batches=num_micro_batches,
+                      stream_dtype=stream_dtype)
+
+
+def random_plan(rng: np.random.Generator, model, *, optimizer_mode: str | None = None,
+                stream_dtype: str = "float32") -> Plan:
+    """A uniformly random valid plan: tiers (NVMe where allowed), segments, residuals, resident
+    tail, prefetch depths 1-3, 1/2/4 micro-batches, optimizer mode."""
+    L = model.config.num_layers
+    tiers = ["device"]
+    for i in range(1, L):
+        options = ["device", "host", "drop", "drop"] + (["nvme"] if 1 <= i <= L - 3 else [])
+        tiers.append(str(rng.choice(options)))
+    tiers.append("device")
+    M = int(rng.choice([1, 2, 4]))
+    mode = optimizer_mode or str(rng.choice(["pipelined", "serial"]))
+    return Plan.create(costs_for(model, M, stream_dtype), HARDWARE, name="random", boundary_tiers=tiers,
+                       keep_residuals=[bool(x) for x in rng.integers(0, 2, L)],
+                       resident_tail=int(rng.integers(0, L + 1)),
+                       weight_prefetch_depth=int(rng.integers(1, 4)), act_prefetch_depth=int(rng.integers(1, 4)),
+                       optimizer_mode=mode)
+
+
+def rel_err(ref_tree, got_tree) -> float:
+    """Worst leaf of max|ref - got| / max|ref|."""
+    import jax
+    errs = jax.tree.map(lambda a, b: float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))
+                                           / max(float(np.max(np.abs(np.asarray(a, np.float64)))), 1e-30)),
+                        ref_tree, got_tree)
+    return max(jax.tree.leaves(errs))
