@@ -14,7 +14,14 @@ Under ``optax.inject_hyperparams`` list the non-numeric / shape-defining argumen
 
 (``STATIC_ARGS`` = block_size, state_format, min_8bit_size, fp32_state_filter, mask,
 skip_nonfinite). Pass ``hyperparam_dtype=jnp.float32`` with bf16 params: optax otherwise casts
-the hyperparameters to bf16, where b2=0.999 rounds to 1.0.
+the hyperparameters to bf16, where b2=0.999 rounds to 1.0 (which is then refused).
+
+Invalid values (a negative learning rate or weight decay, b1/b2 outside [0, 1), eps < 0,
+max_grad_norm <= 0, a negative ``global_norm=``) raise ValueError naming the field wherever they
+are concrete: Python numbers and concrete arrays when the transform is built, a schedule's value
+and ``inject_hyperparams``' values at ``update`` outside ``jit``. Inside ``jit`` they are traced and
+cannot raise: such a step is skipped instead (updates 0, state untouched, ``num_skipped`` + 1),
+so a bad value never runs gradient ascent; watch ``num_skipped``.
 
 Example:
     >>> tx = adamw_8bit(learning_rate=1e-3, weight_decay=0.01, max_grad_norm=1.0)

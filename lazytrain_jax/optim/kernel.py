@@ -306,11 +306,11 @@ def check_trees(ref_name: str, ref, *, check_shapes: bool = True, **others) -> N
         missing = [k for k in ref_leaves if k not in leaves]
         extra = [k for k in leaves if k not in ref_leaves]
         if missing or extra:
-            what = (f"lacks key {missing[0]}" if missing else f"has key {extra[0]}")
+            parts = ([f"{name} lacks key {missing[0]} that {ref_name} has"] if missing else []) + (
+                [f"{name} has key {extra[0]} that {ref_name} lacks"] if extra else [])
             raise ValueError(
-                f"{name} does not match {ref_name}: {name} {what} that {ref_name} "
-                f"{'has' if missing else 'lacks'} ({len(missing)} missing, {len(extra)} extra); "
-                f"the trees must have the same keys")
+                f"{name} does not match {ref_name}: {'; '.join(parts)} ({len(missing)} missing, "
+                f"{len(extra)} extra); the trees must have the same keys")
         for key, x in ref_leaves.items() if check_shapes else ():
             y = leaves[key]
             if hasattr(x, "shape") and hasattr(y, "shape") and tuple(x.shape) != tuple(y.shape):
