@@ -2,6 +2,8 @@
 
 Public API:
   * :func:`adamw_8bit`, :func:`scale_by_adam_8bit` -- optax transforms (``ScaleByAdam8bitState``).
+  * :class:`AdamW8bitConfig` -- the frozen hyperparameters ``adamw_8bit`` is built from (the
+    transform and the executor's per-unit update share it); :func:`hyperparams_of` recovers it.
   * :func:`quantize`, :func:`dequantize` -- the blockwise code maps (``blockwise.py`` documents
     them and their error bounds).
   * :func:`default_fp32_state_filter`, :func:`state_bytes_per_param` -- the hybrid policy.
@@ -13,6 +15,7 @@ Example:
     >>> tx = lt.optim.adamw_8bit(learning_rate=1e-5, weight_decay=0.01, max_grad_norm=1.0)
 """
 
+from lazytrain_jax.optim.config import AdamW8bitConfig, hyperparams_of
 from lazytrain_jax.optim.adam8bit import (
     DEFAULT_WEIGHT_DECAY,
     STATIC_ARGS,
@@ -41,6 +44,7 @@ __all__ = [
     "STATE_FORMATS",
     "STATIC_ARGS",
     "AdamHyperparams",
+    "AdamW8bitConfig",
     "LayerMoments",
     "ScaleByAdam8bitState",
     "StepInfo",
@@ -51,6 +55,7 @@ __all__ = [
     "dequantize",
     "fused_layer_step",
     "global_norm_fp32",
+    "hyperparams_of",
     "init_moments",
     "layer_moments",
     "no_fp32_state_filter",

@@ -14,7 +14,14 @@ Under ``optax.inject_hyperparams`` list the non-numeric / shape-defining argumen
 
 (``STATIC_ARGS`` = block_size, state_format, min_8bit_size, fp32_state_filter, mask,
 skip_nonfinite). Pass ``hyperparam_dtype=jnp.float32`` with bf16 params: optax otherwise casts
-the hyperparameters to bf16, where b2=0.999 rounds to 1.0.
+the hyperparameters to bf16, where b2=0.999 rounds to 1.0 (which is then refused).
+
+Invalid values (a negative learning rate or weight decay, b1/b2 outside [0, 1), eps < 0,
+max_grad_norm <= 0, a negative ``global_norm=``) raise ValueError naming the field wherever they
+are concrete: Python numbers and concrete arrays when the transform is built, a schedule's value
+and ``inject_hyperparams``' values at ``update`` outside ``jit``. Inside ``jit`` they are traced and
+cannot raise: such a step is skipped instead (updates 0, state untouched, ``num_skipped`` + 1),
+so a bad value never runs gradient ascent; watch ``num_skipped``.
 
 Example:
     >>> tx = adamw_8bit(learning_rate=1e-3, weight_decay=0.01, max_grad_norm=1.0)
@@ -31,21 +38,17 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from lazytrain_jax.optim import kernel
-from lazytrain_jax.optim import policy
 from lazytrain_jax.optim import blockwise as q
+from lazytrain_jax.optim import config, kernel, policy
+from lazytrain_jax.optim.config import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_MIN_8BIT_SIZE,
+    DEFAULT_STATE_FORMAT,
+    DEFAULT_WEIGHT_DECAY,
+)
 
 STATIC_ARGS = ("block_size", "state_format", "min_8bit_size", "fp32_state_filter", "mask",
                "skip_nonfinite")
-# Chosen by benchmarks/optimizer_cpu.py (2-core CPU): dynamic8 runs at ~1.0-1.2x optax fp32 AdamW,
-# fp8 at 2.5-4x (XLA CPU emulates float8 conversions); dynamic8 is also the more accurate
-# (worst free-running loss ratio 1.0003 vs 1.0013 over the 48-config grid).
-DEFAULT_STATE_FORMAT = "dynamic8"
-DEFAULT_BLOCK_SIZE = 256
-DEFAULT_MIN_8BIT_SIZE = 4096
-# torch.optim.AdamW's default, and the fine-tuning recipe this library targets (lr 1e-5, wd 0.01);
-# optax.adamw defaults to 1e-4 and bitsandbytes' Adam8bit to 0: compare like with like.
-DEFAULT_WEIGHT_DECAY = 1e-2
 
 
 class ScaleByAdam8bitState(NamedTuple):
@@ -71,48 +74,6 @@ class ScaleByAdam8bitState(NamedTuple):
     nu: Any
     mu_scales: Any
     nu_scales: Any
-
-
-def _check_unit(name, value):
-    if isinstance(value, (int, float)) and not 0.0 <= value < 1.0:
-        raise ValueError(f"{name}={value!r} is invalid; {name} must be in [0, 1)")
-
-
-def _check_nonneg(name, value):
-    if isinstance(value, (int, float)) and not value >= 0.0:
-        raise ValueError(f"{name}={value!r} is invalid; {name} must be >= 0")
-
-
-def _resolve_filter(fp32_state_filter):
-    if fp32_state_filter == "default":
-        return policy.default_fp32_state_filter
-    if fp32_state_filter == "none" or fp32_state_filter is None:
-        return None
-    if callable(fp32_state_filter):
-        return fp32_state_filter
-    raise ValueError(
-        f"fp32_state_filter={fp32_state_filter!r} is invalid; valid: 'default', 'none', None or "
-        "a callable(path_tuple, leaf) -> bool"
-    )
-
-
-def _validate(b1, b2, eps, block_size, state_format, min_8bit_size, max_grad_norm):
-    _check_unit("b1", b1)
-    _check_unit("b2", b2)
-    _check_nonneg("eps", eps)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(
-            f"block_size={block_size!r} is invalid; it must be a Python int > 0 (under "
-            "optax.inject_hyperparams list it in static_args)"
-        )
-    q.check_state_format(state_format)
-    if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, int) or min_8bit_size < 0:
-        raise ValueError(
-            f"min_8bit_size={min_8bit_size!r} is invalid; it must be a Python int >= 0 (under "
-            "optax.inject_hyperparams list it in static_args)"
-        )
-    if isinstance(max_grad_norm, (int, float)) and not max_grad_norm > 0:
-        raise ValueError(f"max_grad_norm={max_grad_norm!r} is invalid; it must be > 0 or None")
 
 
 def init_moments(params, *, block_size: int, state_format: str, min_8bit_size: int,
@@ -142,8 +103,7 @@ def init_moments(params, *, block_size: int, state_format: str, min_8bit_size: i
 
 def _make(b1, b2, eps, learning_rate, weight_decay, max_grad_norm, mask, block_size, state_format,
           min_8bit_size, fp32_state_filter, skip_nonfinite):
-    _validate(b1, b2, eps, block_size, state_format, min_8bit_size, max_grad_norm)
-    filt = _resolve_filter(fp32_state_filter)
+    filt = config.resolve_filter(fp32_state_filter)
 
     def init_fn(params):
         mu, nu, mu_s, nu_s = init_moments(
@@ -158,12 +118,15 @@ def _make(b1, b2, eps, learning_rate, weight_decay, max_grad_norm, mask, block_s
         del extra_args
         if learning_rate is not None and params is None:
             raise ValueError("adamw_8bit needs params in update() (weight decay); got params=None")
+        config.check_value("global_norm", global_norm)
         if global_norm is None and (max_grad_norm is not None or skip_nonfinite):
             global_norm = kernel.global_norm_fp32(updates)
-        info, count, num_skipped = kernel.begin_step(
-            state.count, state.num_skipped, global_norm, max_grad_norm)
         lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        config.check_value("learning_rate", lr)
         hp = kernel.AdamHyperparams(b1, b2, eps, lr, 0.0 if weight_decay is None else weight_decay)
+        info, count, num_skipped = kernel.begin_step(
+            state.count, state.num_skipped, global_norm, max_grad_norm,
+            valid=config.hyperparams_valid(hp, max_grad_norm))
         decay_mask = mask(params) if callable(mask) else mask
         new_updates, moments = kernel.tree_update(
             updates, state.mu, state.nu, state.mu_scales, state.nu_scales, params, info, hp,
@@ -172,6 +135,15 @@ def _make(b1, b2, eps, learning_rate, weight_decay, max_grad_norm, mask, block_s
         return new_updates, ScaleByAdam8bitState(count, num_skipped, *moments)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def make_transform(cfg: config.AdamW8bitConfig) -> optax.GradientTransformationExtraArgs:
+    """The optax transform of ``cfg`` (``cfg.transform()``); its ``update`` carries ``cfg``."""
+    tx = _make(cfg.b1, cfg.b2, cfg.eps, cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm,
+               cfg.mask, cfg.block_size, cfg.state_format, cfg.min_8bit_size,
+               cfg.fp32_state_filter, cfg.skip_nonfinite)
+    tx.update.adamw_8bit_config = cfg
+    return tx
 
 
 def scale_by_adam_8bit(
@@ -213,6 +185,7 @@ def scale_by_adam_8bit(
     Example:
       >>> tx = optax.chain(scale_by_adam_8bit(max_grad_norm=1.0), optax.scale(-1e-3))
     """
+    config.validate_static(b1, b2, eps, block_size, state_format, min_8bit_size, max_grad_norm)
     return _make(b1, b2, eps, None, None, max_grad_norm, None, block_size, state_format,
                  min_8bit_size, fp32_state_filter, skip_nonfinite)
 
@@ -257,8 +230,9 @@ def adamw_8bit(
     Example:
       >>> tx = adamw_8bit(learning_rate=optax.cosine_decay_schedule(1e-3, 1000), max_grad_norm=1.0)
     """
-    if isinstance(learning_rate, (int, float)) and not learning_rate >= 0:
-        raise ValueError(f"learning_rate={learning_rate!r} is invalid; it must be >= 0")
-    _check_nonneg("weight_decay", weight_decay)
-    return _make(b1, b2, eps, learning_rate, weight_decay, max_grad_norm, mask, block_size,
-                 state_format, min_8bit_size, fp32_state_filter, skip_nonfinite)
+    return config.AdamW8bitConfig(
+        learning_rate=learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+        max_grad_norm=max_grad_norm, mask=mask, block_size=block_size, state_format=state_format,
+        min_8bit_size=min_8bit_size, fp32_state_filter=fp32_state_filter,
+        skip_nonfinite=skip_nonfinite,
+    ).transform()

@@ -62,33 +62,46 @@ def global_norm_fp32(tree) -> jax.Array:
     return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
 
 
-def begin_step(count, num_skipped, global_norm, max_grad_norm):
+def begin_step(count, num_skipped, global_norm, max_grad_norm, *, valid=None):
     """Decides what a step applies from the global gradient norm.
 
     Args:
       count: int32, steps applied so far (the state's ``count``).
       num_skipped: int32, steps skipped so far.
-      global_norm: fp32 global gradient norm, or None (then nothing is clipped or skipped).
+      global_norm: fp32 global gradient norm (>= 0), or None (then nothing is clipped or skipped).
+        A concrete negative norm raises ValueError; a traced one that is negative or not finite
+        skips the step.
       max_grad_norm: clip threshold or None. Clipping follows ``optax.clip_by_global_norm``:
         gradients are untouched when ``norm < max_grad_norm``, else scaled by
         ``max_grad_norm / norm`` (no epsilon).
+      valid: optional traced bool (``config.hyperparams_valid``); False skips the step.
 
     Returns:
-      ``(StepInfo, new_count, new_num_skipped)``; a non-finite norm gives ``apply=False``, leaves
-      ``count`` unchanged and increments ``num_skipped``.
+      ``(StepInfo, new_count, new_num_skipped)``; a skipped step (non-finite or negative norm,
+      ``valid`` False) gives ``apply=False``, leaves ``count`` unchanged and increments
+      ``num_skipped``.
 
     Example:
       >>> info, count, skipped = begin_step(jnp.int32(0), jnp.int32(0), jnp.float32(3.0), 1.0)
       >>> float(info.clip_factor)  # 1/3
     """
+    from lazytrain_jax.optim.config import check_value  # config imports this module
+
+    check_value("global_norm", global_norm)
+    check_value("max_grad_norm", max_grad_norm)
     count = jnp.asarray(count, jnp.int32)
     num_skipped = jnp.asarray(num_skipped, jnp.int32)
-    if global_norm is None:
+    if global_norm is None and valid is None:
         info = StepInfo(count + 1, jnp.ones([], jnp.float32), jnp.ones([], jnp.bool_))
         return info, count + 1, num_skipped
-    norm = jnp.asarray(global_norm, jnp.float32)
-    apply = jnp.isfinite(norm)
-    if max_grad_norm is None:
+    if global_norm is None:
+        norm, apply = None, jnp.asarray(valid, jnp.bool_)
+    else:
+        norm = jnp.asarray(global_norm, jnp.float32)
+        apply = jnp.isfinite(norm) & (norm >= 0.0)
+        if valid is not None:
+            apply = apply & valid
+    if max_grad_norm is None or norm is None:
         factor = jnp.ones([], jnp.float32)
     else:
         max_norm = jnp.asarray(max_grad_norm, jnp.float32)
@@ -274,12 +287,47 @@ def _absmax_n1(x_nb):
     return jnp.where(a < q.MIN_SCALE, 0.0, a)
 
 
+def check_trees(ref_name: str, ref, *, check_shapes: bool = True, **others) -> None:
+    """Raises ValueError naming the tree and the key where ``others`` differ from ``ref``.
+
+    Each other tree must have ``ref``'s structure (same keys) and, for leaves with a shape, the
+    same shapes (unless ``check_shapes`` is False). Runs at trace time only (no compiled cost).
+
+    Example:
+      >>> check_trees("grads", grads, params=params, mu=state.mu)
+    """
+    ref_leaves = dict(
+        (jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(ref)[0])
+    for name, tree in others.items():
+        if tree is None:
+            continue
+        leaves = dict((jax.tree_util.keystr(p), x)
+                      for p, x in jax.tree_util.tree_flatten_with_path(tree)[0])
+        missing = [k for k in ref_leaves if k not in leaves]
+        extra = [k for k in leaves if k not in ref_leaves]
+        if missing or extra:
+            parts = ([f"{name} lacks key {missing[0]} that {ref_name} has"] if missing else []) + (
+                [f"{name} has key {extra[0]} that {ref_name} lacks"] if extra else [])
+            raise ValueError(
+                f"{name} does not match {ref_name}: {'; '.join(parts)} ({len(missing)} missing, "
+                f"{len(extra)} extra); the trees must have the same keys")
+        for key, x in ref_leaves.items() if check_shapes else ():
+            y = leaves[key]
+            if hasattr(x, "shape") and hasattr(y, "shape") and tuple(x.shape) != tuple(y.shape):
+                raise ValueError(f"{name}{key} has shape {tuple(y.shape)} but {ref_name}{key} "
+                                 f"has shape {tuple(x.shape)}; they must match")
+
+
 def tree_update(grads, mu, nu, mu_s, nu_s, params, info: StepInfo, hp: AdamHyperparams, *,
                 block_size: int, decay_mask=None):
     """:func:`leaf_update` over matching trees; returns ``(updates, (mu, nu, mu_s, nu_s))``.
 
-    ``decay_mask`` is None (decay everything) or a tree of bools matching ``grads``.
+    ``decay_mask`` is None (decay everything) or a tree of bools matching ``grads``. Trees whose
+    keys or shapes differ raise ValueError naming the tree and the key.
     """
+    check_trees("grads", grads, params=params, mu=mu, nu=nu)
+    check_trees("grads", grads, check_shapes=False, mu_scales=mu_s, nu_scales=nu_s,
+                decay_mask=decay_mask)
     g_leaves, treedef = jax.tree.flatten(grads)
     flat = [treedef.flatten_up_to(t) for t in (mu, nu, mu_s, nu_s)]
     p_leaves = [None] * len(g_leaves) if params is None else treedef.flatten_up_to(params)

@@ -5,15 +5,20 @@ layer), then updates the host master weights layer by layer while the next step'
 The optimizer state mirrors the params tree, so a layer's slice of the state is the same keys as
 the layer's params. One step::
 
-    info, count, skipped = begin_step(state.count, state.num_skipped, global_norm, max_grad_norm)
-    hp = AdamHyperparams(b1, b2, eps, learning_rate=schedule(state.count), weight_decay=wd)
-    for i in range(num_layers):                  # forward order
+    cfg = hyperparams_of(tx)                     # the AdamW8bitConfig tx was built from
+    info, count, skipped = begin_step(state.count, state.num_skipped, global_norm,
+                                      cfg.max_grad_norm)
+    hp, mask = cfg.adam_hyperparams(state.count), cfg.decay_mask(params)
+    for i in range(num_layers):                  # forward order (embed, layers, head)
         moments = layer_moments(state, "layers", i)
-        master_i, bf16_i, moments = fused_layer_step(master_i, grads_i, moments, info, hp)
+        master_i, bf16_i, moments = fused_layer_step(master_i, grads_i, moments, info, hp,
+                                                     block_size=cfg.block_size,
+                                                     decay_mask=mask and mask["layers"][i])  # None: all
         state = set_layer_moments(state, ("layers", i), moments)   # and upload bf16_i
     state = state._replace(count=count, num_skipped=skipped)
 
-The result equals one whole-tree ``adamw_8bit`` update with the same hyperparameters (tested).
+The result equals one whole-tree ``cfg.transform()`` update, params and moments bit for bit
+(tested on a real model's tree).
 """
 
 from __future__ import annotations
@@ -113,11 +118,9 @@ def apply_layer_update(grads, moments: LayerMoments, params, step: StepInfo, hp:
     return updates, LayerMoments(*new)
 
 
-@functools.partial(jax.jit, static_argnames=("block_size", "copy_dtype", "decay_filter"),
-                   donate_argnums=(0, 2))
 def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: AdamHyperparams,
                      *, block_size: int = 256, copy_dtype=jnp.bfloat16,
-                     decay_filter: Callable | None = None):
+                     decay_filter: Callable | None = None, decay_mask=None):
     """One jitted pass over a layer: clip, Adam, fp32 master update and low-precision copy.
 
     ``master`` and ``moments`` are donated (their buffers hold the results); run it on the CPU
@@ -127,11 +130,14 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
       master: the layer's fp32 master weights (donated).
       grads: the layer's gradients (any float dtype).
       moments: the layer's :class:`LayerMoments` (donated).
-      step: :class:`StepInfo` of the step; hp: :class:`AdamHyperparams`.
+      step: :class:`StepInfo` of the step; hp: :class:`AdamHyperparams`
+        (``AdamW8bitConfig.adam_hyperparams``).
       block_size: the state's block size (static).
       copy_dtype: dtype of the streaming copy (static, default bf16).
       decay_filter: optional static ``callable(path, leaf) -> bool``; False exempts a leaf from
         weight decay (paths are relative to the layer).
+      decay_mask: alternatively, a tree of Python bools matching ``master`` (the unit's slice of
+        ``AdamW8bitConfig.decay_mask(params)``); static. Not both.
 
     Returns:
       ``(new_master, new_copy, new_moments)``.
@@ -139,14 +145,36 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
     Example:
       >>> master, bf16, moments = fused_layer_step(master, grads, moments, info, hp)
     """
+    if decay_mask is not None and decay_filter is not None:
+        raise ValueError("fused_layer_step got both decay_filter and decay_mask; give one")
+    moments = LayerMoments(*moments)
+    kernel.check_trees("master", master, grads=grads, mu=moments.mu, nu=moments.nu)
+    kernel.check_trees("master", master, check_shapes=False, mu_scales=moments.mu_scales,
+                       nu_scales=moments.nu_scales, decay_mask=decay_mask)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(master)
+    if decay_mask is None:
+        decay = tuple(True if decay_filter is None else bool(decay_filter(path, p))
+                      for path, p in leaves)
+    else:
+        decay = tuple(bool(d) for d in treedef.flatten_up_to(decay_mask))
+    return _fused_layer_step(master, grads, moments, step, hp, block_size=block_size,
+                             copy_dtype=copy_dtype, decay=decay)
+
+
+@functools.partial(jax.jit, static_argnames=("block_size", "copy_dtype", "decay"),
+                   donate_argnums=(0, 2))
+def _fused_layer_step(master, grads, moments, step, hp, *, block_size, copy_dtype, decay):
+    treedef = jax.tree.structure(master)
+    leaves = treedef.flatten_up_to(master)
     g_leaves = treedef.flatten_up_to(grads)
     state = [treedef.flatten_up_to(t) for t in moments]
     outs = []
-    for (path, p), g, mu, nu, mu_s, nu_s in zip(leaves, g_leaves, *state):
-        decay = True if decay_filter is None else bool(decay_filter(path, p))
+    for p, g, mu, nu, mu_s, nu_s, d in zip(leaves, g_leaves, *state, decay):
         outs.append(kernel.leaf_master_step(p, g, mu, nu, mu_s, nu_s, step, hp,
-                                            block_size=block_size, decay=decay,
+                                            block_size=block_size, decay=d,
                                             copy_dtype=copy_dtype))
     cols = [treedef.unflatten(list(c)) for c in zip(*outs)] if outs else [master] * 6
     return cols[0], cols[1], LayerMoments(*cols[2:])
+
+
+fused_layer_step._cache_size = _fused_layer_step._cache_size  # compilations, for tests
