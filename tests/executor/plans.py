@@ -35,18 +35,18 @@ def tiny_batch(model, seed: int = 0, batch: int = BATCH, seq: int = SEQ) -> dict
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def costs_for(model, num_micro_batches: int, stream_dtype: str = "float32"):
-    return _costs_for(model.config, num_micro_batches, stream_dtype)
+def costs_for(model, num_micro_batches: int, stream_dtype: str = "float32", batch: int = BATCH):
+    return _costs_for(model.config, num_micro_batches, stream_dtype, batch)
 
 
 @functools.lru_cache(maxsize=None)
-def _costs_for(config, num_micro_batches: int, stream_dtype: str):
-    return unit_costs(config, batch_size=BATCH, seq_len=SEQ, num_micro_batches=num_micro_batches,
+def _costs_for(config, num_micro_batches: int, stream_dtype: str, batch: int):
+    return unit_costs(config, batch_size=batch, seq_len=SEQ, num_micro_batches=num_micro_batches,
                       stream_dtype=stream_dtype)
 
 
 def random_plan(rng: np.random.Generator, model, *, optimizer_mode: str | None = None,
-                stream_dtype: str = "float32") -> Plan:
+                stream_dtype: str = "float32", micro_batch: int | None = None) -> Plan:
     """A uniformly random valid plan: tiers (NVMe where allowed), segments, residuals, resident
     tail, prefetch depths 1-3, 1/2/4 micro-batches, optimizer mode."""
     L = model.config.num_layers
@@ -57,7 +57,8 @@ def random_plan(rng: np.random.Generator, model, *, optimizer_mode: str | None =
     tiers.append("device")
     M = int(rng.choice([1, 2, 4]))
     mode = optimizer_mode or str(rng.choice(["pipelined", "serial"]))
-    return Plan.create(costs_for(model, M, stream_dtype), HARDWARE, name="random", boundary_tiers=tiers,
+    batch = BATCH if micro_batch is None else micro_batch * M
+    return Plan.create(costs_for(model, M, stream_dtype, batch), HARDWARE, name="random", boundary_tiers=tiers,
                        keep_residuals=[bool(x) for x in rng.integers(0, 2, L)],
                        resident_tail=int(rng.integers(0, L + 1)),
                        weight_prefetch_depth=int(rng.integers(1, 4)), act_prefetch_depth=int(rng.integers(1, 4)),
