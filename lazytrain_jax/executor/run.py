@@ -13,6 +13,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import SingleDeviceSharding
 
 from lazytrain_jax.executor import engine as eng_mod
 from lazytrain_jax.executor.host_optim import host_jit
@@ -120,6 +121,14 @@ class StepRun:
 
     # ---- transfers ---------------------------------------------------------------------------
 
+    def _down(self, tree):
+        """Device -> host store. Sharded arrays are first gathered on one device (JAX cannot move
+        a multi-device array into a single-device host memory kind directly)."""
+        e = self.e
+        if e.mesh is not None:
+            tree = jax.device_put(tree, SingleDeviceSharding(e.devices[0]))
+        return jax.device_put(tree, e.host_sharding)
+
     def _uses_resident(self, item) -> bool:
         return item.phase in ("recompute", "backward") and item.layer is not None and self.e.resident[item.layer]
 
@@ -203,7 +212,7 @@ class StepRun:
     def _offload(self, i: int, arrays: list):
         """Boundary ``i`` (just produced) goes down to the host, and on to NVMe for that tier."""
         e = self.e
-        fut = e._submit("d2h", f"b{i} down", lambda: [jax.device_put(x, e.host_sharding) for x in arrays])
+        fut = e._submit("d2h", f"b{i} down", lambda: [self._down(x) for x in arrays])
         self.h_host[i] = fut
         if self.tiers[i] == "nvme":
             def write():
@@ -240,7 +249,7 @@ class StepRun:
         to_f32 = _host_fns(e.host_sharding)[0]
         tag = f"acc{u}"
         e.ledger.add(tag, (acc, down) if down is not acc else acc, item=name)
-        fut = e._submit("d2h", f"grad {name}", lambda: to_f32(jax.device_put(down, e.host_sharding)))
+        fut = e._submit("d2h", f"grad {name}", lambda: to_f32(self._down(down)))
         self.grad_futs[u] = fut
         self.deferred.append((fut, lambda: e.ledger.free(tag)))
 
@@ -377,7 +386,7 @@ class StepRun:
             acc = self._accumulate([o[2] for o in out])
             to_f32 = _host_fns(e.host_sharding)[0]
             e.ledger.add("acc_tied", acc, item=item.name)
-            self.tied_fut = e._submit("d2h", "grad tied", lambda: to_f32(jax.device_put(acc, e.host_sharding)))
+            self.tied_fut = e._submit("d2h", "grad tied", lambda: to_f32(self._down(acc)))
             self.deferred.append((self.tied_fut, lambda: e.ledger.free("acc_tied")))
 
     def _base_input(self, k: int, item, s: int):
@@ -444,8 +453,8 @@ class StepRun:
         if l == 0:
             to_f32 = _host_fns(e.host_sharding)[0]
             g0 = list(ghs)
-            self.g0_futs.append(e._submit("d2h", "grad b0", lambda: [to_f32(jax.device_put(
-                eng_mod._cast(x, e.grad_dtype), e.host_sharding)) for x in g0]))
+            self.g0_futs.append(e._submit("d2h", "grad b0", lambda: [to_f32(self._down(
+                eng_mod._cast(x, e.grad_dtype))) for x in g0]))
 
     def _embed_backward(self, k: int):
         """BE: the boundary-0 gradient scatter-added into the embedding table on the host (fp32)."""
