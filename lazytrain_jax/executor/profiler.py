@@ -92,3 +92,178 @@ def unit_costs(model_or_config, *, batch_size: int, seq_len: int, num_micro_batc
                  fwd_time=times.fwd_time, bwd_time=times.bwd_time, bwd_recompute_time=times.bwd_recompute_time,
                  boundary_bytes=(boundary,) * (cfg.num_layers + 1), residual_bytes=tuple(residual),
                  workspace_bytes=tuple(workspace), head_workspace_bytes=head_ws, source=times.source)
+
+
+# ---- measurement ------------------------------------------------------------------------------
+
+_PROFILE_CACHE: dict = {}
+
+
+def _median_time(fn, repeats: int) -> float:
+    jax.block_until_ready(fn())  # compile / warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _measure_layer(cfg, kind, micro: int, seq_len: int, dtype, device, repeats: int):
+    from lazytrain_jax.executor.engine import device_fns
+    units = get_units(cfg)
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda a: jax.device_put((0.02 * rng.standard_normal(a.shape)).astype(dtype), device),
+                          units.abstract_params(kind))
+    h = jax.device_put(rng.standard_normal((micro, seq_len, cfg.hidden_size)).astype(dtype), device)
+    ids = np.zeros((micro, seq_len), np.int32)
+    pos = jax.device_put(np.broadcast_to(np.arange(seq_len, dtype=np.int32), (micro, seq_len)).copy(), device)
+    mask = jax.device_put(np.ones_like(ids), device)
+    fns = device_fns(cfg, kind)
+    fwd = _median_time(lambda: fns["forward"](params, h, pos, mask), repeats)
+    _, res = fns["forward_res"](params, h, pos, mask)
+    bwd = _median_time(lambda: fns["backward_res"](params, res, h), repeats)
+    bwd_rc = _median_time(lambda: fns["backward"](params, h, pos, mask, h), repeats)
+    return fwd, bwd, bwd_rc
+
+
+def _measure_head(cfg, micro: int, seq_len: int, dtype, device, repeats: int) -> float:
+    from lazytrain_jax.executor.engine import head_fn
+    units = get_units(cfg)
+    rng = np.random.default_rng(1)
+    params = jax.tree.map(lambda a: jax.device_put((0.02 * rng.standard_normal(a.shape)).astype(dtype), device),
+                          units.abstract_params("head"))
+    tied = (jax.device_put((0.02 * rng.standard_normal((cfg.vocab_size, cfg.hidden_size))).astype(dtype), device)
+            if cfg.tie_word_embeddings else None)
+    h = jax.device_put(rng.standard_normal((micro, seq_len, cfg.hidden_size)).astype(dtype), device)
+    labels = jax.device_put(rng.integers(0, cfg.vocab_size, (micro, seq_len)).astype(np.int32), device)
+    fn = head_fn(cfg)
+    return _median_time(lambda: fn(params, tied, h, labels, np.float32(1.0)), repeats)
+
+
+def _measure_link(device, host, nbytes: int, repeats: int) -> tuple[float, float]:
+    from jax.sharding import SingleDeviceSharding
+    device = SingleDeviceSharding(device)
+    x = jax.device_put(np.ones(nbytes // 4, np.float32), host)
+    d = jax.device_put(x, device)
+    h2d = _median_time(lambda: jax.device_put(x, device), repeats)
+    d2h = _median_time(lambda: jax.device_put(d, host), repeats)
+    return nbytes / h2d, nbytes / d2h
+
+
+def _measure_disk(directory: str | None, nbytes: int) -> tuple[float, float]:
+    from lazytrain_jax.executor.nvme import NvmeStore
+    store = NvmeStore(directory, capacity_bytes=2 * nbytes)
+    try:
+        data = np.ones(nbytes, np.uint8)
+        t0 = time.perf_counter()
+        store.write("profile", data)
+        write = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        store.read("profile")
+        read = time.perf_counter() - t0
+    finally:
+        store.close()
+    return nbytes / read, nbytes / write
+
+
+def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int) -> float:
+    """Parameters per second of the per-unit fused 8-bit update on one layer of this model."""
+    from lazytrain_jax import optim
+    from lazytrain_jax.executor import host_optim
+    kind = cfg.layer_kinds[0]
+    units = get_units(cfg)
+    master = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 0.01, np.float32), host_sharding),
+                          units.abstract_params(kind))
+    tree = {"embed": {}, "layers": [master], "head": {}}
+    opt = host_optim.UnitAdamW8bit(optim.hyperparams_of(optim.adamw_8bit(1e-5, max_grad_norm=1.0)),
+                                   host_sharding, 1, jnp.dtype(stream_dtype))
+    state = opt.init(tree)
+    grads = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 1e-3, np.float32), host_sharding), master)
+    info, hp, _, _ = opt.begin(state, 1.0)
+    holder = {"m": master}
+
+    def run():
+        new, copy, _ = opt.update_unit(state, 1, holder["m"], grads, info, hp)
+        holder["m"] = new
+        return copy
+
+    # moments are donated by each call; re-reading them from a fresh state keeps shapes, not values
+    seconds = []
+    for _ in range(repeats + 1):
+        state = opt.init({"embed": {}, "layers": [holder["m"]], "head": {}})
+        t0 = time.perf_counter()
+        jax.block_until_ready(run())
+        seconds.append(time.perf_counter() - t0)
+    return cfg.layer_num_params(kind) / float(np.median(seconds[1:]))
+
+
+def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches: int = 1,
+            stream_dtype: str = "bfloat16", offload_dir: str | None = None, device_memory: float | None = None,
+            repeats: int = 3, link_bytes: int = 64 << 20, disk_bytes: int = 64 << 20):
+    """Measures this machine at the run's shapes: ``(Costs, Hardware)`` for the planner.
+
+    Per layer kind: forward, backward from kept residuals and backward with in-layer recompute (one
+    micro-batch, times all micro-batches); the head's forward+backward; H2D/D2H bandwidth between
+    the host store's memory kind and the device; NVMe read/write bandwidth in ``offload_dir``; the
+    host optimizer's parameters per second. Cached per (model shape, shapes, dtype, backend).
+
+    Args:
+      model_or_config: a Model or ModelConfig.
+      batch_size, seq_len, num_micro_batches: the step.
+      stream_dtype: streamed dtype; offload_dir: the NVMe directory to measure.
+      device_memory: the device budget for the Hardware (default: the accelerator's reported
+        limit; required on the CPU backend, where device and host share one memory).
+    Returns:
+      (Costs with ``source="measured"``, Hardware named ``"measured"``).
+    Example:
+      >>> costs, hw = lt.profile(model, batch_size=8, seq_len=512, device_memory=20e9)
+      >>> plan = lt.plan(costs, hw)
+    """
+    from lazytrain_jax.schedule.hardware import Hardware
+    cfg = getattr(model_or_config, "config", model_or_config)
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("num_micro_batches", num_micro_batches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name}={value!r} must be a positive integer")
+    if batch_size % num_micro_batches:
+        raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
+    device = jax.devices()[0]
+    if device_memory is None:
+        stats = device.memory_stats() or {}
+        device_memory = stats.get("bytes_limit")
+        if device_memory is None or device.platform == "cpu":
+            raise ValueError("device_memory is required on the CPU backend (device and host share one memory): "
+                             "pass the device budget in bytes, e.g. device_memory=2e9")
+    if not device_memory > 0:
+        raise ValueError(f"device_memory={device_memory!r} must be > 0 bytes")
+    key = (config_fingerprint(cfg), batch_size, seq_len, num_micro_batches, stream_dtype, device.platform,
+           offload_dir, repeats)
+    if key not in _PROFILE_CACHE:
+        dtype = jnp.dtype(stream_dtype)
+        micro = batch_size // num_micro_batches
+        M = num_micro_batches
+        per_kind = {k: _measure_layer(cfg, k, micro, seq_len, dtype, device, repeats) for k in sorted(set(cfg.layer_kinds))}
+        head = _measure_head(cfg, micro, seq_len, dtype, device, repeats) * M
+        from jax.sharding import SingleDeviceSharding
+        host = SingleDeviceSharding(jax.devices("cpu")[0], memory_kind="pinned_host") if device.platform == "cpu" \
+            else SingleDeviceSharding(jax.devices("cpu")[0])
+        h2d, d2h = _measure_link(device, host, link_bytes, repeats)
+        nvme_read, nvme_write = _measure_disk(offload_dir, disk_bytes)
+        opt_rate = _measure_host_optimizer(cfg, host, stream_dtype, repeats)
+        kinds = cfg.layer_kinds
+        times = unit_costs(cfg, batch_size=batch_size, seq_len=seq_len, num_micro_batches=M, stream_dtype=stream_dtype)
+        fwd = [0.0] + [per_kind[k][0] * M for k in kinds] + [head]
+        bwd = [0.0] + [per_kind[k][1] * M for k in kinds] + [0.0]
+        bwd_rc = [0.0] + [per_kind[k][2] * M for k in kinds] + [0.0]
+        import dataclasses
+        measured = dataclasses.replace(times, fwd_time=tuple(fwd), bwd_time=tuple(bwd),
+                                       bwd_recompute_time=tuple(bwd_rc), source="measured")
+        flops = sum(2.0 * cfg.layer_num_params(k) * batch_size * seq_len for k in kinds)
+        achieved = flops / max(sum(fwd[1:-1]), 1e-12)
+        _PROFILE_CACHE[key] = (measured, dict(h2d_bw=h2d, d2h_bw=d2h, nvme_read_bw=nvme_read,
+                                              nvme_write_bw=nvme_write, host_opt_rate=opt_rate,
+                                              device_flops=achieved))
+    costs, rates = _PROFILE_CACHE[key]
+    hw = Hardware(name="measured", device_memory=float(device_memory), nvme_memory=1e15, host_memory=1e15,
+                  device_margin=0.0, **rates)
+    return costs, hw
