@@ -31,6 +31,7 @@ _EXPORTS = {
     "Plan": "lazytrain_jax.schedule.plan",
     "Hardware": "lazytrain_jax.schedule.hardware",
     "StreamingEngine": "lazytrain_jax.executor.engine",
+    "profile": "lazytrain_jax.executor.profiler",
 }
 _SUBMODULES = {"optim", "schedule", "model", "executor", "train", "data"}
 
