@@ -9,17 +9,50 @@ G = H // K query heads per kv head, E head_dim, T tokens (B*S), C tokens per los
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lazytrain_jax.model.attention import MASK_VALUE, blockwise_attention, causal_padding_mask  # noqa: F401
 from lazytrain_jax.model.config import ModelConfig
 from lazytrain_jax.model.rope import apply_rope, rope_cos_sin
 
-# transformers' eager attention adds the dtype's minimum to masked scores. A fully masked row (a
-# left-padding query) then softmaxes to uniform weights, NaN-free, and gradients still flow through
-# its scores; adding (not selecting) keeps our gradients identical to the reference's there too.
-MASK_VALUE = float(jnp.finfo(jnp.float32).min)
+# Residual trimming. ``jax.checkpoint`` around a cheap region (norms, RoPE, head merge, SwiGLU) makes
+# ``jax.vjp`` keep only the region's inputs and recompute its elementwise work in the backward pass:
+# the forward values are the same operations, and the region's matmul outputs are never recomputed
+# (a matmul's transpose needs its inputs only). What a decoder layer keeps, per token, is listed in
+# ``schedule/costs.py`` (``decoder_residual_bytes_per_token``) and checked against ``jax.vjp``.
+
+
+def _linear(x, w_OxI, b_O):
+    y = jnp.einsum("...i,oi->...o", x, w_OxI.astype(x.dtype))
+    return y if b_O is None else y + b_O.astype(x.dtype)
+
+
+@functools.partial(jax.checkpoint, static_argnums=(2,))
+def _rms_norm(x, w, eps: float):
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return w.astype(x.dtype) * x32.astype(x.dtype)
+
+
+@functools.partial(jax.checkpoint, static_argnums=(6,))
+def _qk_rope(q_BxSxHxE, k_BxSxKxE, cos_BxSxE, sin_BxSxE, qw_E, kw_E, eps):
+    if qw_E is not None:
+        q_BxSxHxE, k_BxSxKxE = _rms_norm(q_BxSxHxE, qw_E, eps), _rms_norm(k_BxSxKxE, kw_E, eps)
+    return apply_rope(q_BxSxHxE, cos_BxSxE, sin_BxSxE), apply_rope(k_BxSxKxE, cos_BxSxE, sin_BxSxE)
+
+
+@jax.checkpoint
+def _merge_heads_linear(x_BxSxHxE, w_DxHE, b_D):
+    return _linear(x_BxSxHxE.reshape(*x_BxSxHxE.shape[:2], -1), w_DxHE, b_D)
+
+
+@jax.checkpoint
+def _swiglu_down(gate_BxSxF, up_BxSxF, w_DxF, b_D):
+    return _linear(jax.nn.silu(gate_BxSxF) * up_BxSxF, w_DxF, b_D)
 
 
 class Linear(nnx.Module):
@@ -31,10 +64,10 @@ class Linear(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((out_features,), dtype)) if use_bias else None
 
     def __call__(self, x):
-        y = jnp.einsum("...i,oi->...o", x, self.weight[...].astype(x.dtype))
-        if self.bias is not None:
-            y = y + self.bias[...].astype(x.dtype)
-        return y
+        return _linear(x, self.weight[...], self.b())
+
+    def b(self):
+        return None if self.bias is None else self.bias[...]
 
 
 class RMSNorm(nnx.Module):
@@ -45,9 +78,7 @@ class RMSNorm(nnx.Module):
         self.eps = eps
 
     def __call__(self, x):
-        x32 = x.astype(jnp.float32)
-        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return self.weight[...].astype(x.dtype) * x32.astype(x.dtype)
+        return _rms_norm(x, self.weight[...], self.eps)
 
 
 class Attention(nnx.Module):
@@ -74,13 +105,10 @@ class Attention(nnx.Module):
         q_BxSxHxE = self.q_proj(x_BxSxD).reshape(B, S, K * G, E)
         k_BxSxKxE = self.k_proj(x_BxSxD).reshape(B, S, K, E)
         v_BxSxKxE = self.v_proj(x_BxSxD).reshape(B, S, K, E)
-        if self.q_norm is not None:
-            q_BxSxHxE = self.q_norm(q_BxSxHxE)
-            k_BxSxKxE = self.k_norm(k_BxSxKxE)
-        q_BxSxHxE = apply_rope(q_BxSxHxE, cos_BxSxE, sin_BxSxE)
-        k_BxSxKxE = apply_rope(k_BxSxKxE, cos_BxSxE, sin_BxSxE)
+        qw, kw = (None, None) if self.q_norm is None else (self.q_norm.weight[...], self.k_norm.weight[...])
+        q_BxSxHxE, k_BxSxKxE = _qk_rope(q_BxSxHxE, k_BxSxKxE, cos_BxSxE, sin_BxSxE, qw, kw, cfg.rms_norm_eps)
         out_BxSxHxE = attend(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS)
-        return self.o_proj(out_BxSxHxE.reshape(B, S, K * G * E))
+        return _merge_heads_linear(out_BxSxHxE, self.o_proj.weight[...], self.o_proj.b())
 
 
 def attend(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS):
@@ -91,21 +119,16 @@ def attend(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS):
 
     Query head h uses kv head h // G (transformers' repeat_kv layout). Masked scores get the fp32
     minimum *added* (transformers' eager attention), so fully masked rows give uniform weights.
+    Blockwise (flash-style, ``attention.blockwise_attention``): its ``jax.vjp`` residuals are q, k,
+    v, the mask, the output and an fp32 log-sum-exp per query and head (O(S)); the backward's
+    workspace is O(S x BLOCK_KEYS).
 
     Returns:
       out_BxSxHxE in v's dtype.
+    Example:
+      >>> out = attend(q, k, v, jnp.ones(q.shape[:2], jnp.int32))
     """
-    B, S, H, E = q_BxSxHxE.shape
-    K = k_BxSxKxE.shape[2]
-    G = H // K
-    q_BxSxKxGxE = q_BxSxHxE.reshape(B, S, K, G, E)
-    scores_BxKxGxSxS = jnp.einsum("bqkge,bske->bkgqs", q_BxSxKxGxE, k_BxSxKxE,
-                                  preferred_element_type=jnp.float32) * (E ** -0.5)
-    mask_BxSxS = causal_padding_mask(attention_mask_BxS)
-    scores_BxKxGxSxS = scores_BxKxGxSxS + jnp.where(mask_BxSxS, 0.0, MASK_VALUE)[:, None, None]
-    probs_BxKxGxSxS = jax.nn.softmax(scores_BxKxGxSxS, axis=-1).astype(v_BxSxKxE.dtype)
-    out_BxSxKxGxE = jnp.einsum("bkgqs,bske->bqkge", probs_BxKxGxSxS, v_BxSxKxE)
-    return out_BxSxKxGxE.reshape(B, S, H, E)
+    return blockwise_attention(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS)
 
 
 class MLP(nnx.Module):
@@ -118,7 +141,7 @@ class MLP(nnx.Module):
         self.down_proj = Linear(F, D, use_bias=cfg.mlp_bias, std=std, rngs=rngs, dtype=dtype)
 
     def __call__(self, x):
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        return _swiglu_down(self.gate_proj(x), self.up_proj(x), self.down_proj.weight[...], self.down_proj.b())
 
 
 class DecoderLayer(nnx.Module):
@@ -166,10 +189,3 @@ class Head(nnx.Module):
 
     def logits_weight(self, tied_weight_VxD):
         return tied_weight_VxD if self.lm_head is None else self.lm_head.weight[...]
-
-
-def causal_padding_mask(attention_mask_BxS):
-    """[B, S(query), S(key)] boolean: key <= query and key is not padding."""
-    S = attention_mask_BxS.shape[1]
-    causal_SxS = jnp.arange(S)[:, None] >= jnp.arange(S)[None, :]
-    return causal_SxS[None] & (attention_mask_BxS[:, None, :] != 0)
