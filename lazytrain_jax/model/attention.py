@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 MASK_VALUE = float(np.finfo(np.float32).min)
-BLOCK_KEYS = 512  # keys per block: the backward's workspace is a few [B, H, S, BLOCK_KEYS] fp32 tensors
+BLOCK_KEYS = 256  # keys per block: the backward's workspace is a few [B, H, S, BLOCK_KEYS] fp32 tensors
 
 
 def causal_padding_mask(attention_mask_BxS):

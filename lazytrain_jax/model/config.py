@@ -346,3 +346,23 @@ def resolve_config(model: Any, *, what: str = "a Model, a ModelConfig or a prese
     if isinstance(config, ModelConfig):
         return config
     raise ValueError(f"model={model!r} must be {what}")
+
+
+LOSS_CHUNK_BYTES = 1 << 28  # fp32 logits of one loss chunk: 256 MiB
+
+
+def loss_chunk_tokens(vocab_size: int, num_tokens: int, chunk_bytes: int = LOSS_CHUNK_BYTES) -> int:
+    """Tokens per loss chunk, so one chunk's fp32 logits ``[C, V]`` stay within ``chunk_bytes``.
+
+    The one rule for the head's chunking: ``ModelUnits.head_loss`` chunks by it and the planner's
+    head workspace (``schedule.costs``) is sized by it.
+
+    Args:
+      vocab_size: V; num_tokens: tokens of one head call (micro-batch x seq_len); chunk_bytes: budget.
+    Returns:
+      C in [1, num_tokens].
+    Example:
+      >>> loss_chunk_tokens(151936, 8 * 1024)
+      441
+    """
+    return max(1, min(num_tokens, chunk_bytes // (4 * vocab_size)))

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lazytrain_jax.model.attention import MASK_VALUE, blockwise_attention, causal_padding_mask  # noqa: F401
+from lazytrain_jax.model.attention import BLOCK_KEYS, MASK_VALUE, blockwise_attention, causal_padding_mask  # noqa: F401
 from lazytrain_jax.model.config import ModelConfig
 from lazytrain_jax.model.rope import apply_rope, rope_cos_sin
 
@@ -128,7 +128,7 @@ def attend(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS):
     Example:
       >>> out = attend(q, k, v, jnp.ones(q.shape[:2], jnp.int32))
     """
-    return blockwise_attention(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS)
+    return blockwise_attention(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS, BLOCK_KEYS)
 
 
 class MLP(nnx.Module):

@@ -18,17 +18,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lazytrain_jax.model.config import ModelConfig
+from lazytrain_jax.model.config import LOSS_CHUNK_BYTES, ModelConfig, loss_chunk_tokens  # noqa: F401
 from lazytrain_jax.model.layers import DecoderLayer, Embed, Head
 
 IGNORE_INDEX = -100
-LOSS_CHUNK_BYTES = 1 << 28  # fp32 logits per loss chunk: 256 MiB
 LAYER_MODULES = {"decoder": DecoderLayer}
-
-
-def loss_chunk_tokens(vocab_size: int, num_tokens: int, chunk_bytes: int = LOSS_CHUNK_BYTES) -> int:
-    """Tokens per loss chunk so one chunk's fp32 logits stay within ``chunk_bytes``."""
-    return max(1, min(num_tokens, chunk_bytes // (4 * vocab_size)))
 
 
 def shift_labels(labels_BxS):

@@ -4,24 +4,34 @@ Units are ``embed``, ``layer_0 .. layer_{L-1}``, ``head``. Every per-unit quanti
 of different kinds are first class), so the profiler of the executor can fill the same structure
 with measurements (``source="measured"``).
 
-Analytic formulas (tokens τ = batch × seq, micro-batch tokens τ_m = τ / num_micro_batches):
+Analytic formulas (tokens τ = batch × seq, micro-batch tokens τ_m = τ / num_micro_batches, w = bytes
+of the stream dtype: 2 for ``bfloat16``, 4 for ``float32``). The byte rules follow what the model's
+units allocate; ``lazytrain_jax.model.unit_bytes`` measures the same quantities with ``jax.eval_shape``
+and XLA, and a test holds the two together on real shapes.
 
-- weights stream in bf16 (2 B/param); gradients go down in ``grad_dtype`` (bf16 or fp32).
-- the embedding runs on the host: its gathered rows (= boundary 0, τ·H·2 bytes) are its upload and
+- weights stream in the stream dtype (w B/param); gradients go down in ``grad_dtype`` (defaults to
+  the stream dtype).
+- the embedding runs on the host: its gathered rows (= boundary 0, τ·D·w bytes) are its upload and
   the gradient of boundary 0 is its download (scatter-added into the table on the host).
-- boundary bytes = batch × seq × hidden × 2 (bf16).
+- boundary bytes = batch × seq × hidden × w.
 - forward FLOPs of a decoder layer = 2·P_layer·τ + causal attention 4·S²·heads·head_dim·B / 2.
   Backward = 2 × forward; with the in-layer (interior) recompute one more forward.
 - time of a call = FLOPs / (F · τ_m / (τ_m + t_half)): a rate that drops for small micro-batches.
-- interior residuals of a decoder layer kept by ``jax.vjp`` (bf16, per token): input-norm output H,
-  q/k/v (q_size + 2·kv_size), attention output q_size, a flash-style logsumexp (fp32 per head = 2
-  bf16 words per head), post-attention norm input and output 2H, MLP gate/up/act 3I:
-  ``(3H + 2·q_size + 2·kv_size + 2·heads + 3I) · 2`` bytes per token.
-- backward workspace of a layer (per micro-batch): its residuals rematerialised (at τ_m) plus the
-  gradients of the MLP gate and up projections (2·I·2 bytes per token at τ_m).
-- head: final norm + LM head + loss chunked over ``head_chunk_tokens`` tokens; forward 2·V·H·τ,
-  backward 4·V·H·τ, both in the head window; working set = head weights + head gradient + fp32
-  logits and their gradient for one chunk (2 · chunk · V · 4 bytes).
+- interior residuals of a decoder layer kept by ``jax.vjp`` (the layer's own weights excluded), per
+  token: the layer input and the input-norm output (2D), RoPE cos and sin (2E), q and k after RoPE
+  and v (q_size + 2·kv_size), the attention output (q_size), the post-attention residual stream and
+  its norm output (2D), the MLP gate and up outputs (2I), all in the stream dtype; with q/k norm
+  also q and k before it (q_size + kv_size); plus the attention's fp32 log-sum-exp (4·heads bytes)
+  and the int32 attention mask (4 bytes). Exact (``decoder_residual_bytes_per_token``).
+- backward workspace of a layer (one micro-batch, the recompute backward): its residuals
+  rematerialised, four fp32 [heads, S, Z] attention blocks (Z = min(S, ATTENTION_BLOCK_KEYS)), four
+  fp32 [τ_m, I] MLP gradient temporaries and an fp32 [τ_m, D] gradient temporary
+  (``decoder_workspace_bytes``): a model of XLA's compiled temp bytes, above them by 0-35 % on the
+  CPU backend in fp32 (see ``tests/model/test_unit_bytes.py``).
+- head: final norm + LM head + loss chunked over ``loss_chunk_tokens(V, τ_m)`` tokens (the rule the
+  units use); forward 2·V·D·τ, backward 4·V·D·τ, both in the head window; working set = head weights
+  (stream dtype) + head gradient (grad dtype) + fp32 logits and their gradient for one chunk
+  (2 · chunk · V · 4 bytes).
 """
 
 from __future__ import annotations
@@ -31,10 +41,13 @@ import hashlib
 import json
 from typing import Any, Mapping, Sequence
 
+from lazytrain_jax.model.config import loss_chunk_tokens
+
 GRAD_DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
-WEIGHT_BYTES_PER_PARAM = 2
-ACT_BYTES = 2
-HEAD_CHUNK_TOKENS = 4096
+STREAM_DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+ATTENTION_BLOCK_KEYS = 256  # keys per block of the blockwise attention (model.attention.BLOCK_KEYS)
+MASK_BYTES = 4  # the int32 attention mask, kept by the attention's backward
+LSE_BYTES = 4  # fp32 log-sum-exp per query and head
 
 _UNIT_LISTS = ("unit_names", "unit_kinds", "num_params", "weight_bytes", "grad_bytes", "fwd_time",
                "bwd_time", "bwd_recompute_time")
@@ -54,6 +67,7 @@ class Costs:
       model_name: a label of the model; model_fingerprint: a hash of its shape.
       batch_size, seq_len, num_micro_batches: the step these costs are for.
       grad_dtype: dtype of gradients sent down (``bfloat16`` | ``float32``).
+      stream_dtype: dtype of streamed weights and activations (``bfloat16`` | ``float32``).
       head_workspace_bytes: device bytes of the head/loss window (weights, gradient, logits chunk).
       source: ``analytic`` | ``measured``.
 
@@ -69,6 +83,7 @@ class Costs:
     seq_len: int
     num_micro_batches: int = 1
     grad_dtype: str = "bfloat16"
+    stream_dtype: str = "bfloat16"
     unit_names: tuple[str, ...]
     unit_kinds: tuple[str, ...]
     num_params: tuple[int, ...]
@@ -95,6 +110,8 @@ class Costs:
                              f"batch_size={self.batch_size}")
         if self.grad_dtype not in GRAD_DTYPE_BYTES:
             raise ValueError(f"Costs.grad_dtype={self.grad_dtype!r}; valid: {sorted(GRAD_DTYPE_BYTES)}")
+        if self.stream_dtype not in STREAM_DTYPE_BYTES:
+            raise ValueError(f"Costs.stream_dtype={self.stream_dtype!r}; valid: {sorted(STREAM_DTYPE_BYTES)}")
         num_units = len(self.unit_names)
         if num_units < 3:
             raise ValueError(f"Costs needs embed, at least one layer and head; got {num_units} units")
@@ -154,7 +171,8 @@ class Costs:
         """Totals for records: parameters, bytes and seconds of one step."""
         return dict(model_name=self.model_name, model_fingerprint=self.model_fingerprint,
                     num_layers=self.num_layers, batch_size=self.batch_size, seq_len=self.seq_len,
-                    num_micro_batches=self.num_micro_batches, grad_dtype=self.grad_dtype, source=self.source,
+                    num_micro_batches=self.num_micro_batches, grad_dtype=self.grad_dtype,
+                    stream_dtype=self.stream_dtype, source=self.source,
                     total_params=self.total_params(), weight_bytes=sum(self.weight_bytes),
                     boundary_bytes=sum(self.boundary_bytes), fwd_time=sum(self.fwd_time),
                     bwd_time=sum(self.bwd_time), bwd_recompute_time=sum(self.bwd_recompute_time))
@@ -173,10 +191,45 @@ def config_name(config) -> str:
     return f"{config.model_type}-L{config.num_layers}-H{config.hidden_size}"
 
 
-def decoder_residual_elems_per_token(config) -> int:
-    """Interior residual elements per token of one decoder layer (see the module docstring)."""
-    h, i = config.hidden_size, config.intermediate_size
-    return 3 * h + 2 * config.q_size + 2 * config.kv_size + 2 * config.num_heads + 3 * i
+def decoder_residual_bytes_per_token(config, stream_dtype: str = "bfloat16") -> int:
+    """Bytes per token that ``jax.vjp`` keeps inside one decoder layer (see the module docstring).
+
+    Example:
+      >>> decoder_residual_bytes_per_token(get_preset("qwen2.5-0.5b"))  # 31036
+    """
+    w = STREAM_DTYPE_BYTES[stream_dtype]
+    d, q, kv = config.hidden_size, config.q_size, config.kv_size
+    elems = 4 * d + 2 * config.head_dim + 2 * q + 2 * kv + 2 * config.intermediate_size
+    if config.qk_norm:
+        elems += q + kv
+    return w * elems + LSE_BYTES * config.num_heads + MASK_BYTES
+
+
+def decoder_workspace_bytes(config, micro_batch_size: int, seq_len: int, stream_dtype: str = "bfloat16") -> float:
+    """Backward workspace of one decoder layer for one micro-batch (see the module docstring)."""
+    tokens = micro_batch_size * seq_len
+    block = min(seq_len, ATTENTION_BLOCK_KEYS)
+    attention = 4 * micro_batch_size * config.num_heads * seq_len * block * 4
+    grads = (4 * config.intermediate_size + config.hidden_size) * 4 * tokens
+    return float(decoder_residual_bytes_per_token(config, stream_dtype) * tokens + attention + grads)
+
+
+def head_workspace_bytes(config, micro_batch_size: int, seq_len: int, stream_dtype: str = "bfloat16",
+                         grad_dtype: str = "bfloat16") -> float:
+    """Head/loss window: head weights + their gradient + one loss chunk's fp32 logits and gradient."""
+    matrix = config.vocab_size * config.hidden_size + config.hidden_size  # LM head (maybe tied) + norm
+    chunk = loss_chunk_tokens(config.vocab_size, micro_batch_size * seq_len)
+    return float(matrix * (STREAM_DTYPE_BYTES[stream_dtype] + GRAD_DTYPE_BYTES[grad_dtype])
+                 + 2 * chunk * config.vocab_size * 4)
+
+
+def layer_residual_and_workspace(config, kind: str, micro_batch_size: int, seq_len: int,
+                                 stream_dtype: str = "bfloat16") -> tuple[int, float]:
+    """(residual bytes per token, backward workspace bytes of one micro-batch) of a layer kind."""
+    if kind == "decoder":
+        return (decoder_residual_bytes_per_token(config, stream_dtype),
+                decoder_workspace_bytes(config, micro_batch_size, seq_len, stream_dtype))
+    raise ValueError(f"layer kind {kind!r} has no byte model; valid: ['decoder']")
 
 
 def layer_fwd_flops(config, kind: str, batch_size: int, seq_len: int) -> float:
@@ -192,14 +245,17 @@ def achieved_rate(device_flops: float, efficiency_half_tokens: float, call_token
 
 def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float,
                    num_micro_batches: int = 1, efficiency_half_tokens: float = 256.0,
-                   grad_dtype: str = "bfloat16", model_name: str | None = None) -> Costs:
+                   grad_dtype: str | None = None, stream_dtype: str = "bfloat16",
+                   model_name: str | None = None) -> Costs:
     """Costs of one step from the model shape (see the module docstring for every formula).
 
     Args:
       config: a ModelConfig.
       batch_size, seq_len: the step; num_micro_batches: layer-major micro-batches (divides batch).
       device_flops, efficiency_half_tokens: achieved rate (see Hardware).
-      grad_dtype: ``bfloat16`` | ``float32`` gradients sent to the host.
+      grad_dtype: ``bfloat16`` | ``float32`` gradients sent to the host; defaults to ``stream_dtype``.
+      stream_dtype: ``bfloat16`` (training) | ``float32`` (exactness runs): streamed weights and
+        activations (boundaries, residuals).
       model_name: a label; defaults to ``model_type-L{layers}-H{hidden}``.
     Returns:
       Costs with ``source="analytic"``.
@@ -211,6 +267,9 @@ def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float
             raise ValueError(f"{name}={value!r} must be a positive integer")
     if batch_size % num_micro_batches:
         raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
+    if stream_dtype not in STREAM_DTYPE_BYTES:
+        raise ValueError(f"stream_dtype={stream_dtype!r}; valid: {sorted(STREAM_DTYPE_BYTES)}")
+    grad_dtype = stream_dtype if grad_dtype is None else grad_dtype
     if grad_dtype not in GRAD_DTYPE_BYTES:
         raise ValueError(f"grad_dtype={grad_dtype!r}; valid: {sorted(GRAD_DTYPE_BYTES)}")
     if not device_flops > 0:
@@ -220,7 +279,8 @@ def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float
     rate = achieved_rate(device_flops, efficiency_half_tokens, micro * seq_len)
     gbytes = GRAD_DTYPE_BYTES[grad_dtype]
     h, v = config.hidden_size, config.vocab_size
-    boundary = float(tokens * h * ACT_BYTES)
+    wb = STREAM_DTYPE_BYTES[stream_dtype]
+    boundary = float(tokens * h * wb)
 
     names, kinds, params, wbytes, gbytes_l, fwd, bwd, bwd_rc = [], [], [], [], [], [], [], []
     residual, workspace = [], []
@@ -231,23 +291,22 @@ def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float
         p = config.layer_num_params(kind)
         f = layer_fwd_flops(config, kind, batch_size, seq_len) / rate
         names.append(f"layer_{idx}"); kinds.append(kind); params.append(p)
-        wbytes.append(float(p * WEIGHT_BYTES_PER_PARAM)); gbytes_l.append(float(p * gbytes))
+        wbytes.append(float(p * wb)); gbytes_l.append(float(p * gbytes))
         fwd.append(f); bwd.append(2 * f); bwd_rc.append(3 * f)
-        res_tok = decoder_residual_elems_per_token(config) * ACT_BYTES
+        res_tok, ws = layer_residual_and_workspace(config, kind, micro, seq_len, stream_dtype)
         residual.append(float(res_tok * tokens))
-        workspace.append(float((res_tok + 2 * config.intermediate_size * ACT_BYTES) * micro * seq_len))
+        workspace.append(ws)
     head_params = config.head_num_params()
     head_matrix = v * h  # the LM head matmul uses the (possibly tied) V x H matrix
-    chunk = min(HEAD_CHUNK_TOKENS, micro * seq_len)
     names.append("head"); kinds.append("head"); params.append(head_params)
-    head_w = float((head_matrix + h) * WEIGHT_BYTES_PER_PARAM)
+    head_w = float((head_matrix + h) * wb)
     head_g = float((head_matrix + h) * gbytes)
     wbytes.append(head_w); gbytes_l.append(head_g)
     fwd.append(6.0 * head_matrix * tokens / rate); bwd.append(0.0); bwd_rc.append(0.0)
-    head_ws = head_w + head_g + 2.0 * chunk * v * 4
+    head_ws = head_workspace_bytes(config, micro, seq_len, stream_dtype, grad_dtype)
     return Costs(model_name=model_name or config_name(config), model_fingerprint=config_fingerprint(config),
                  batch_size=batch_size, seq_len=seq_len, num_micro_batches=num_micro_batches,
-                 grad_dtype=grad_dtype, unit_names=tuple(names), unit_kinds=tuple(kinds),
+                 grad_dtype=grad_dtype, stream_dtype=stream_dtype, unit_names=tuple(names), unit_kinds=tuple(kinds),
                  num_params=tuple(params), weight_bytes=tuple(wbytes), grad_bytes=tuple(gbytes_l),
                  fwd_time=tuple(fwd), bwd_time=tuple(bwd), bwd_recompute_time=tuple(bwd_rc),
                  boundary_bytes=(boundary,) * (config.num_layers + 1), residual_bytes=tuple(residual),
