@@ -6,7 +6,7 @@ Run: python benchmarks/planner.py
 import statistics
 import time
 
-from lazytrain_jax.model.config import get_preset
+from lazytrain_jax.model.config import get_preset, loss_chunk_tokens
 from lazytrain_jax.schedule import heuristics, milp
 from lazytrain_jax.schedule.api import best_heuristic, plan_fixed_batch
 from lazytrain_jax.schedule.bounds import lower_bound
@@ -110,7 +110,7 @@ def full_logits(c, name):
     explain the distance to the paper's batch sizes."""
     import dataclasses
     v = get_preset(name).vocab_size
-    chunk = min(4096, c.micro_batch_size * c.seq_len)
+    chunk = loss_chunk_tokens(v, c.micro_batch_size * c.seq_len)
     extra = 8.0 * v * (c.micro_batch_size * c.seq_len - chunk)
     return dataclasses.replace(c, head_workspace_bytes=c.head_workspace_bytes + extra)
 

@@ -26,11 +26,12 @@ def megatrain_costs(costs):
     Gradients stay in ``costs.grad_dtype`` (bf16 by default: MegaTrain accumulates bf16 on the host).
     """
     import dataclasses
-    from lazytrain_jax.schedule.costs import GRAD_DTYPE_BYTES, WEIGHT_BYTES_PER_PARAM
+    from lazytrain_jax.schedule.costs import GRAD_DTYPE_BYTES, STREAM_DTYPE_BYTES
+    weight_bytes_per_param = STREAM_DTYPE_BYTES[costs.stream_dtype]
     table = costs.num_params[0]
     head_w, head_g = costs.weight_bytes[-1], costs.grad_bytes[-1]
-    tied = costs.num_params[-1] * WEIGHT_BYTES_PER_PARAM < 0.5 * head_w  # head matrix not in its own params
-    embed_w = 0.0 if tied else float(table * WEIGHT_BYTES_PER_PARAM)
+    tied = costs.num_params[-1] * weight_bytes_per_param < 0.5 * head_w  # head matrix not in its own params
+    embed_w = 0.0 if tied else float(table * weight_bytes_per_param)
     embed_g = 0.0 if tied else float(table * GRAD_DTYPE_BYTES[costs.grad_dtype])
     w, g = list(costs.weight_bytes), list(costs.grad_bytes)
     w[0], w[-1] = embed_w + head_w, 0.0
