@@ -24,10 +24,11 @@ and XLA, and a test holds the two together on real shapes.
   also q and k before it (q_size + kv_size); plus the attention's fp32 log-sum-exp (4·heads bytes)
   and the int32 attention mask (4 bytes). Exact (``decoder_residual_bytes_per_token``).
 - backward workspace of a layer (one micro-batch, the recompute backward): its residuals
-  rematerialised, four fp32 [heads, S, Z] attention blocks (Z = min(S, ATTENTION_BLOCK_KEYS)), four
-  fp32 [τ_m, I] MLP gradient temporaries and an fp32 [τ_m, D] gradient temporary
-  (``decoder_workspace_bytes``): a model of XLA's compiled temp bytes, above them by 0-35 % on the
-  CPU backend in fp32 (see ``tests/model/test_unit_bytes.py``).
+  rematerialised, four fp32 [heads, S, Z] attention blocks (Z = min(S, ATTENTION_BLOCK_KEYS); the
+  attention backward computes them in fp32), four [τ_m, I] MLP gradient temporaries and one
+  [τ_m, D] gradient temporary in the stream dtype (cotangents keep their primal's dtype)
+  (``decoder_workspace_bytes``): a model of XLA's compiled temp bytes, above them by 5-35 % on the
+  CPU backend in fp32 (see ``tests/model/test_unit_bytes.py``; not yet checked on an accelerator).
 - head: final norm + LM head + loss chunked over ``loss_chunk_tokens(V, τ_m)`` tokens (the rule the
   units use); forward 2·V·D·τ, backward 4·V·D·τ, both in the head window; working set = head weights
   (stream dtype) + head gradient (grad dtype) + fp32 logits and their gradient for one chunk
@@ -210,7 +211,7 @@ def decoder_workspace_bytes(config, micro_batch_size: int, seq_len: int, stream_
     tokens = micro_batch_size * seq_len
     block = min(seq_len, ATTENTION_BLOCK_KEYS)
     attention = 4 * micro_batch_size * config.num_heads * seq_len * block * 4
-    grads = (4 * config.intermediate_size + config.hidden_size) * 4 * tokens
+    grads = (4 * config.intermediate_size + config.hidden_size) * STREAM_DTYPE_BYTES[stream_dtype] * tokens
     return float(decoder_residual_bytes_per_token(config, stream_dtype) * tokens + attention + grads)
 
 
