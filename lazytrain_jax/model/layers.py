@@ -19,10 +19,11 @@ from lazytrain_jax.model.attention import BLOCK_KEYS, MASK_VALUE, blockwise_atte
 from lazytrain_jax.model.config import ModelConfig
 from lazytrain_jax.model.rope import apply_rope, rope_cos_sin
 
-# Residual trimming. ``jax.checkpoint`` around a cheap region (norms, RoPE, head merge, SwiGLU) makes
-# ``jax.vjp`` keep only the region's inputs and recompute its elementwise work in the backward pass:
-# the forward values are the same operations, and the region's matmul outputs are never recomputed
-# (a matmul's transpose needs its inputs only). What a decoder layer keeps, per token, is listed in
+# Residual trimming. ``jax.checkpoint`` around a region (pre-norm + projections, q/k norm + RoPE, head
+# merge + output projection, pre-norm + SwiGLU) makes ``jax.vjp`` keep only the region's inputs (and
+# the gate/up matmul outputs) and recompute its elementwise work in the backward pass: the forward
+# values are the same operations, and no matmul is recomputed (a matmul's transpose needs only its
+# inputs; the backward has as many matmuls as without the regions). What a decoder layer keeps, per token, is listed in
 # ``schedule/costs.py`` (``decoder_residual_bytes_per_token``) and checked against ``jax.vjp``.
 
 
@@ -31,11 +32,20 @@ def _linear(x, w_OxI, b_O):
     return y if b_O is None else y + b_O.astype(x.dtype)
 
 
-@functools.partial(jax.checkpoint, static_argnums=(2,))
-def _rms_norm(x, w, eps: float):
+def _rms_norm_fn(x, w, eps: float):
     x32 = x.astype(jnp.float32)
     x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return w.astype(x.dtype) * x32.astype(x.dtype)
+
+
+_rms_norm = jax.checkpoint(_rms_norm_fn, static_argnums=(2,))
+
+
+@functools.partial(jax.checkpoint, static_argnums=(2,))
+def _norm_project(x, norm_w, eps, weights):
+    """Pre-norm and projections: keeps only ``x`` (the norm is recomputed, the matmuls are not)."""
+    x = x if norm_w is None else _rms_norm_fn(x, norm_w, eps)
+    return tuple(_linear(x, w, b) for w, b in weights)
 
 
 @functools.partial(jax.checkpoint, static_argnums=(6,))
@@ -50,9 +60,11 @@ def _merge_heads_linear(x_BxSxHxE, w_DxHE, b_D):
     return _linear(x_BxSxHxE.reshape(*x_BxSxHxE.shape[:2], -1), w_DxHE, b_D)
 
 
-@jax.checkpoint
-def _swiglu_down(gate_BxSxF, up_BxSxF, w_DxF, b_D):
-    return _linear(jax.nn.silu(gate_BxSxF) * up_BxSxF, w_DxF, b_D)
+@functools.partial(jax.checkpoint, static_argnums=(2,), policy=jax.checkpoint_policies.dots_saveable)
+def _norm_swiglu(x, norm_w, eps, gate, up, down):
+    """Pre-norm SwiGLU MLP: keeps ``x`` and the gate and up outputs (the rest is recomputed)."""
+    x = x if norm_w is None else _rms_norm_fn(x, norm_w, eps)
+    return _linear(jax.nn.silu(_linear(x, *gate)) * _linear(x, *up), *down)
 
 
 class Linear(nnx.Module):
@@ -97,14 +109,19 @@ class Attention(nnx.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def __call__(self, x_BxSxD, cos_BxSxE, sin_BxSxE, attention_mask_BxS):
+    def __call__(self, x_BxSxD, cos_BxSxE, sin_BxSxE, attention_mask_BxS, norm: RMSNorm | None = None):
+        """Attention of ``x`` (or of ``norm(x)``: the pre-norm then runs inside the projections'
+        checkpointed region, so its output is recomputed in the backward instead of kept)."""
         cfg = self.cfg
         B, S, _ = x_BxSxD.shape
         K, E = cfg.num_kv_heads, cfg.head_dim
         G = cfg.num_heads // K
-        q_BxSxHxE = self.q_proj(x_BxSxD).reshape(B, S, K * G, E)
-        k_BxSxKxE = self.k_proj(x_BxSxD).reshape(B, S, K, E)
-        v_BxSxKxE = self.v_proj(x_BxSxD).reshape(B, S, K, E)
+        norm_w, eps = (None, 0.0) if norm is None else (norm.weight[...], norm.eps)
+        q, k, v = _norm_project(x_BxSxD, norm_w, eps, tuple((p.weight[...], p.b()) for p in
+                                                               (self.q_proj, self.k_proj, self.v_proj)))
+        q_BxSxHxE = q.reshape(B, S, K * G, E)
+        k_BxSxKxE = k.reshape(B, S, K, E)
+        v_BxSxKxE = v.reshape(B, S, K, E)
         qw, kw = (None, None) if self.q_norm is None else (self.q_norm.weight[...], self.k_norm.weight[...])
         q_BxSxHxE, k_BxSxKxE = _qk_rope(q_BxSxHxE, k_BxSxKxE, cos_BxSxE, sin_BxSxE, qw, kw, cfg.rms_norm_eps)
         out_BxSxHxE = attend(q_BxSxHxE, k_BxSxKxE, v_BxSxKxE, attention_mask_BxS)
@@ -140,8 +157,11 @@ class MLP(nnx.Module):
         self.up_proj = Linear(D, F, use_bias=cfg.mlp_bias, std=std, rngs=rngs, dtype=dtype)
         self.down_proj = Linear(F, D, use_bias=cfg.mlp_bias, std=std, rngs=rngs, dtype=dtype)
 
-    def __call__(self, x):
-        return _swiglu_down(self.gate_proj(x), self.up_proj(x), self.down_proj.weight[...], self.down_proj.b())
+    def __call__(self, x, norm: RMSNorm | None = None):
+        """MLP of ``x`` (or of ``norm(x)``, recomputed in the backward instead of kept)."""
+        norm_w, eps = (None, 0.0) if norm is None else (norm.weight[...], norm.eps)
+        return _norm_swiglu(x, norm_w, eps, *((p.weight[...], p.b()) for p in
+                                              (self.gate_proj, self.up_proj, self.down_proj)))
 
 
 class DecoderLayer(nnx.Module):
@@ -156,9 +176,9 @@ class DecoderLayer(nnx.Module):
 
     def __call__(self, h_BxSxD, positions_BxS, attention_mask_BxS):
         cos_BxSxE, sin_BxSxE = rope_cos_sin(self.cfg, positions_BxS, h_BxSxD.dtype)
-        h_BxSxD = h_BxSxD + self.self_attn(self.input_layernorm(h_BxSxD), cos_BxSxE, sin_BxSxE,
-                                           attention_mask_BxS)
-        return h_BxSxD + self.mlp(self.post_attention_layernorm(h_BxSxD))
+        h_BxSxD = h_BxSxD + self.self_attn(h_BxSxD, cos_BxSxE, sin_BxSxE, attention_mask_BxS,
+                                           norm=self.input_layernorm)
+        return h_BxSxD + self.mlp(h_BxSxD, norm=self.post_attention_layernorm)
 
 
 class Embedding(nnx.Module):
