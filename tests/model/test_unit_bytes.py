@@ -117,3 +117,29 @@ def test_bad_arguments_name_the_field():
         unit_bytes.layer_bytes(cfg, "decoder", micro_batch_size=1, seq_len=8, workspace="xla")
     with pytest.raises(ValueError, match=r"stream_dtype='fp8'.*valid"):
         analytic_costs(cfg, batch_size=1, seq_len=8, device_flops=1e12, stream_dtype="fp8")
+
+
+def count_dots(jaxpr) -> int:
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += eqn.primitive.name == "dot_general"
+        for value in eqn.params.values():
+            n += sum(count_dots(sub) for sub in unit_bytes._sub_jaxprs(value))
+    return n
+
+
+@pytest.mark.parametrize("name", ["qwen3-debug", "qwen2-debug"])
+def test_backward_from_residuals_recomputes_no_matmul(name):
+    # Trimmed residuals must not be paid for with recomputed matmuls: the backward has exactly the
+    # 2 x 7 projection matmuls (input and weight gradients) plus the attention backward's 6 (block
+    # scores, dv, dp, dq, dk and the row term dO.O).
+    cfg = get_preset(name)
+    units = get_units(cfg)
+    params = units.abstract_params("decoder")
+    h = jax.ShapeDtypeStruct((2, 24, cfg.hidden_size), jnp.float32)
+    ints = jax.ShapeDtypeStruct((2, 24), jnp.int32)
+    _, residuals = jax.eval_shape(units.layer_forward_with_residuals("decoder"), params, h, ints, ints)
+    backward = jax.make_jaxpr(units.layer_backward_from_residuals("decoder"))(params, residuals, h)
+    forward = jax.make_jaxpr(units.layer("decoder"))(params, h, ints, ints)
+    assert count_dots(forward.jaxpr) == 7 + 2  # projections, attention scores and values
+    assert count_dots(backward.jaxpr) == 2 * 7 + 6
