@@ -60,7 +60,7 @@ def unit_costs(model_or_config, *, batch_size: int, seq_len: int, num_micro_batc
     Example:
       >>> costs = unit_costs(model, batch_size=4, seq_len=64, stream_dtype="float32")
     """
-    from lazytrain_jax.schedule.costs import GRAD_DTYPE_BYTES, analytic_costs
+    from lazytrain_jax.schedule.costs import GRAD_DTYPE_BYTES, analytic_costs, layer_residual_and_workspace
     cfg = getattr(model_or_config, "config", model_or_config)
     if stream_dtype not in STREAM_BYTES:
         raise ValueError(f"stream_dtype={stream_dtype!r}; valid: {sorted(STREAM_BYTES)}")
@@ -81,11 +81,11 @@ def unit_costs(model_or_config, *, batch_size: int, seq_len: int, num_micro_batc
     chunk = loss_chunk_tokens(cfg.vocab_size, micro * seq_len)
     residual = [float(residual_bytes(cfg, k, micro, seq_len, stream_dtype) * num_micro_batches)
                 for k in cfg.layer_kinds]
-    workspace = [float(2 * residual_bytes(cfg, k, micro, seq_len, stream_dtype)) for k in cfg.layer_kinds]
+    workspace = [layer_residual_and_workspace(cfg, k, micro, seq_len, stream_dtype)[1] for k in cfg.layer_kinds]
     head_ws = head_w + head_g * (2 if num_micro_batches > 1 else 1) + 2.0 * chunk * cfg.vocab_size * 4
     return Costs(model_name=times.model_name, model_fingerprint=config_fingerprint(cfg), batch_size=batch_size,
                  seq_len=seq_len, num_micro_batches=num_micro_batches, grad_dtype=grad_dtype,
-                 unit_names=times.unit_names, unit_kinds=times.unit_kinds,
+                 stream_dtype=stream_dtype, unit_names=times.unit_names, unit_kinds=times.unit_kinds,
                  num_params=tuple([n_embed] + n_layers + [n_head]),
                  weight_bytes=tuple([boundary] + [float(n * sb) for n in n_layers] + [head_w]),
                  grad_bytes=tuple([boundary] + [float(n * gb) for n in n_layers] + [float(n_head * gb)]),

@@ -10,8 +10,9 @@ For a ModelConfig, a layer kind, a micro-batch size, a sequence length and a str
   (``source="xla:<backend>"``); where the backend gives no memory analysis, an upper bound from the
   backward's jaxpr: every intermediate it creates, summed, one loop iteration of each loop
   (``source="jaxpr-bound"``);
-- head workspace: head weights (stream dtype) + their gradient (grad dtype) + the fp32 logits of one
-  loss chunk and their gradient, the chunk read off the traced head loss.
+- head workspace: head weights (stream dtype) + their gradient accumulated in fp32 (twice with
+  several micro-batches, as the executor holds it) + the fp32 logits of one loss chunk and their
+  gradient, the chunk read off the traced head loss.
 
 ``schedule.costs.analytic_costs`` follows the same rules in pure Python; ``tests/model/test_unit_bytes``
 holds the two together on real shapes.
@@ -28,7 +29,7 @@ from jax.extend import core as jex_core
 from lazytrain_jax.model.config import ModelConfig
 from lazytrain_jax.model.units import get_units
 
-STREAM_DTYPES = ("bfloat16", "float32")
+STREAM_DTYPES = ("bfloat16", "float16", "float32")
 WORKSPACE_METHODS = ("compiled", "bound", "none")
 
 
@@ -160,25 +161,25 @@ def _largest_fp32_value_bytes(jaxpr) -> int:
 
 
 def head_workspace_bytes(config: ModelConfig, *, micro_batch_size: int, seq_len: int,
-                         stream_dtype: str = "bfloat16", grad_dtype: str | None = None) -> int:
-    """Head/loss window bytes: head weights + their gradient + one loss chunk's fp32 logits and
-    their gradient.
+                         stream_dtype: str = "bfloat16", num_micro_batches: int = 1) -> int:
+    """Head/loss window bytes: head weights + their fp32 gradient accumulator (twice with several
+    micro-batches) + one loss chunk's fp32 logits and their gradient.
 
     The weights are the final norm and the (possibly tied) [V, D] LM-head matrix; the chunk's logits
     are the largest fp32 value of the traced chunked loss (``ModelUnits.head_loss``).
 
     Args:
       config: the model; micro_batch_size, seq_len: one micro-batch; stream_dtype: weights on the
-        device; grad_dtype: the head gradient's dtype (defaults to ``stream_dtype``).
+        device; num_micro_batches: micro-batches per step (the executor keeps one micro-batch's
+        gradient beside the fp32 sum when there are several).
     Returns:
       Bytes.
     Example:
       >>> head_workspace_bytes(get_preset("qwen2.5-0.5b"), micro_batch_size=1, seq_len=1024)
     """
     _check(stream_dtype, micro_batch_size, seq_len)
-    grad_dtype = stream_dtype if grad_dtype is None else grad_dtype
-    if grad_dtype not in STREAM_DTYPES:
-        raise ValueError(f"grad_dtype={grad_dtype!r}; valid: {list(STREAM_DTYPES)}")
+    if isinstance(num_micro_batches, bool) or not isinstance(num_micro_batches, int) or num_micro_batches <= 0:
+        raise ValueError(f"num_micro_batches={num_micro_batches!r} must be a positive integer")
     units = get_units(config)
     dtype = jnp.dtype(stream_dtype)
     head = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, dtype), units.abstract_params("head"))
@@ -189,4 +190,5 @@ def head_workspace_bytes(config: ModelConfig, *, micro_batch_size: int, seq_len:
     closed = jax.make_jaxpr(lambda p, w, x, t: units.head_loss(p, w, x, t)[0])(head, matrix, h, labels)
     logits_chunk = _largest_fp32_value_bytes(closed.jaxpr)
     num_weights = sum(x.size for x in jax.tree.leaves(weights))
-    return int(num_weights * (dtype.itemsize + jnp.dtype(grad_dtype).itemsize) + 2 * logits_chunk)
+    accumulators = 2 if num_micro_batches > 1 else 1
+    return int(num_weights * (dtype.itemsize + 4 * accumulators) + 2 * logits_chunk)

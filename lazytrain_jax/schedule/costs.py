@@ -10,7 +10,7 @@ units allocate; ``lazytrain_jax.model.unit_bytes`` measures the same quantities 
 and XLA, and a test holds the two together on real shapes.
 
 - weights stream in the stream dtype (w B/param); gradients go down in ``grad_dtype`` (defaults to
-  the stream dtype).
+  fp32 for an fp32 stream, else bf16).
 - the embedding runs on the host: its gathered rows (= boundary 0, τ·D·w bytes) are its upload and
   the gradient of boundary 0 is its download (scatter-added into the table on the host).
 - boundary bytes = batch × seq × hidden × w.
@@ -31,8 +31,9 @@ and XLA, and a test holds the two together on real shapes.
   on the CPU backend in fp32 (see ``tests/model/test_unit_bytes.py``; not yet checked on an accelerator).
 - head: final norm + LM head + loss chunked over ``loss_chunk_tokens(V, τ_m)`` tokens (the rule the
   units use); forward 2·V·D·τ, backward 4·V·D·τ, both in the head window; working set = head weights
-  (stream dtype) + head gradient (grad dtype) + fp32 logits and their gradient for one chunk
-  (2 · chunk · V · 4 bytes).
+  (stream dtype) + the head gradient accumulated in fp32 on the device (x2 with several
+  micro-batches: one micro-batch's gradient and the sum; the executor's rule) + fp32 logits and
+  their gradient for one chunk (2 · chunk · V · 4 bytes).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from typing import Any, Mapping, Sequence
 from lazytrain_jax.model.config import loss_chunk_tokens
 
 GRAD_DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
-STREAM_DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+STREAM_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 ATTENTION_BLOCK_KEYS = 256  # keys per block of the blockwise attention (model.attention.BLOCK_KEYS)
 MASK_BYTES = 4  # the int32 attention mask, kept by the attention's backward
 LSE_BYTES = 4  # fp32 log-sum-exp per query and head
@@ -216,12 +217,14 @@ def decoder_workspace_bytes(config, micro_batch_size: int, seq_len: int, stream_
 
 
 def head_workspace_bytes(config, micro_batch_size: int, seq_len: int, stream_dtype: str = "bfloat16",
-                         grad_dtype: str = "bfloat16") -> float:
-    """Head/loss window: head weights + their gradient + one loss chunk's fp32 logits and gradient."""
+                         num_micro_batches: int = 1) -> float:
+    """Head/loss window: head weights (stream dtype), their gradient accumulated in fp32 on the device
+    (twice when micro-batched: one micro-batch's gradient and the running sum) and one loss chunk's
+    fp32 logits and their gradient."""
     matrix = config.vocab_size * config.hidden_size + config.hidden_size  # LM head (maybe tied) + norm
     chunk = loss_chunk_tokens(config.vocab_size, micro_batch_size * seq_len)
-    return float(matrix * (STREAM_DTYPE_BYTES[stream_dtype] + GRAD_DTYPE_BYTES[grad_dtype])
-                 + 2 * chunk * config.vocab_size * 4)
+    grads = 4 * (2 if num_micro_batches > 1 else 1)
+    return float(matrix * (STREAM_DTYPE_BYTES[stream_dtype] + grads) + 2 * chunk * config.vocab_size * 4)
 
 
 def layer_residual_and_workspace(config, kind: str, micro_batch_size: int, seq_len: int,
@@ -254,9 +257,10 @@ def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float
       config: a ModelConfig.
       batch_size, seq_len: the step; num_micro_batches: layer-major micro-batches (divides batch).
       device_flops, efficiency_half_tokens: achieved rate (see Hardware).
-      grad_dtype: ``bfloat16`` | ``float32`` gradients sent to the host; defaults to ``stream_dtype``.
-      stream_dtype: ``bfloat16`` (training) | ``float32`` (exactness runs): streamed weights and
-        activations (boundaries, residuals).
+      grad_dtype: ``bfloat16`` | ``float32`` gradients sent to the host; defaults to ``float32`` for an
+        fp32 stream, else ``bfloat16``.
+      stream_dtype: ``bfloat16`` (training; or ``float16``) | ``float32`` (exactness runs): streamed
+        weights and activations (boundaries, residuals).
       model_name: a label; defaults to ``model_type-L{layers}-H{hidden}``.
     Returns:
       Costs with ``source="analytic"``.
@@ -270,7 +274,8 @@ def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float
         raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
     if stream_dtype not in STREAM_DTYPE_BYTES:
         raise ValueError(f"stream_dtype={stream_dtype!r}; valid: {sorted(STREAM_DTYPE_BYTES)}")
-    grad_dtype = stream_dtype if grad_dtype is None else grad_dtype
+    if grad_dtype is None:
+        grad_dtype = "float32" if stream_dtype == "float32" else "bfloat16"
     if grad_dtype not in GRAD_DTYPE_BYTES:
         raise ValueError(f"grad_dtype={grad_dtype!r}; valid: {sorted(GRAD_DTYPE_BYTES)}")
     if not device_flops > 0:
@@ -304,7 +309,7 @@ def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float
     head_g = float((head_matrix + h) * gbytes)
     wbytes.append(head_w); gbytes_l.append(head_g)
     fwd.append(6.0 * head_matrix * tokens / rate); bwd.append(0.0); bwd_rc.append(0.0)
-    head_ws = head_workspace_bytes(config, micro, seq_len, stream_dtype, grad_dtype)
+    head_ws = head_workspace_bytes(config, micro, seq_len, stream_dtype, num_micro_batches)
     return Costs(model_name=model_name or config_name(config), model_fingerprint=config_fingerprint(config),
                  batch_size=batch_size, seq_len=seq_len, num_micro_batches=num_micro_batches,
                  grad_dtype=grad_dtype, stream_dtype=stream_dtype, unit_names=tuple(names), unit_kinds=tuple(kinds),

@@ -42,16 +42,16 @@ def test_boundary_residual_and_head_bytes_are_exact(name, seq_len, stream_dtype)
     assert c.weight_bytes[1] == sum(x.size for x in jax.tree.leaves(p)) * jnp.dtype(stream_dtype).itemsize
 
 
-def test_head_gradient_dtype_and_loss_chunk_rule():
+def test_head_workspace_micro_batches_and_loss_chunk_rule():
     cfg = get_preset("qwen2.5-0.5b")
-    c = analytic("qwen2.5-0.5b", 2, 1024, "bfloat16", grad_dtype="float32")
-    assert c.grad_dtype == "float32" and c.stream_dtype == "bfloat16"
+    c = analytic_costs(cfg, batch_size=4, seq_len=1024, device_flops=1e14, num_micro_batches=2)
+    assert c.grad_dtype == "bfloat16" and c.stream_dtype == "bfloat16"
     assert c.head_workspace_bytes == unit_bytes.head_workspace_bytes(
-        cfg, micro_batch_size=2, seq_len=1024, stream_dtype="bfloat16", grad_dtype="float32")
+        cfg, micro_batch_size=2, seq_len=1024, stream_dtype="bfloat16", num_micro_batches=2)
     chunk = loss_chunk_tokens(cfg.vocab_size, 2048)
     assert chunk == (1 << 28) // (4 * cfg.vocab_size) == 441  # one chunk of fp32 logits <= 256 MiB
     matrix = cfg.vocab_size * cfg.hidden_size + cfg.hidden_size
-    assert c.head_workspace_bytes == matrix * (2 + 4) + 2 * chunk * cfg.vocab_size * 4
+    assert c.head_workspace_bytes == matrix * (2 + 2 * 4) + 2 * chunk * cfg.vocab_size * 4
     assert analytic("qwen2.5-0.5b", 1, 128, "float32").grad_dtype == "float32"  # follows the stream
 
 
