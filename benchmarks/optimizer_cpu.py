@@ -396,7 +396,8 @@ def main() -> None:
             if cores == 1 and "params_per_s" in r:
                 fused = rows.get("adamw_8bit dynamic8: fused_layer_step, norm given")
                 hlo = fused[2] if fused else LIMIT_8BIT
-                print(f"scaling model for a c-core host: rate(c) = min(c * {r['params_per_s']:.3g}, "
+                rate1 = r["params_per_s"]
+                print(f"scaling model for a c-core host: rate(c) = min(c * {rate1:.3g}, "
                       f"bandwidth / {hlo:.1f} B) params/s (per-core rate measured here, bytes "
                       "from the compiled program; use the host's own bandwidth)")
         sys.stdout.flush()

@@ -13,7 +13,7 @@ the layer's params. One step::
         moments = layer_moments(state, "layers", i)
         master_i, bf16_i, moments = fused_layer_step(master_i, grads_i, moments, info, hp,
                                                      block_size=cfg.block_size,
-                                                     decay_mask=mask and mask["layers"][i])  # None: all
+                                                     decay_mask=mask and mask["layers"][i])
         state = set_layer_moments(state, ("layers", i), moments)   # and upload bf16_i
     state = state._replace(count=count, num_skipped=skipped)
 
