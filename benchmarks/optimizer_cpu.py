@@ -41,6 +41,7 @@ Rows a peer cannot run on CPU say so (with the error) instead of a time.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import os
@@ -51,6 +52,7 @@ import time
 MAT = 1024  # every tensor is MAT x MAT (block sizes divide it)
 OPTAX = "optax adamw + clip_by_global_norm (fp32)"
 DEEPSPEED = "DeepSpeedCPUAdam + clip_grad_norm_ (fp32)"
+NATIVE = "adamw_8bit dynamic8: fused, impl='native', norm given"
 # minimum bytes per parameter of one update (see the module docstring)
 LIMIT_FP32 = 4 + 16 + 12 + 2
 LIMIT_8BIT = 4 + 1 + 1 + 4 + 1 + 1 + 4 + 2
@@ -81,6 +83,7 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
     import optax
 
     from lazytrain_jax import optim
+    from lazytrain_jax.optim import native
 
     k = _num_mats(n)
     num_params = k * MAT * MAT
@@ -109,15 +112,15 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
     norm_fn = jax.jit(optim.global_norm_fp32)
     hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
 
-    def make_fused(tx, norm_given):
+    def make_fused(tx, norm_given, impl="xla"):
         """The host executor's path: begin_step + fused_layer_step (donated master, state)."""
         master = jax.tree.map(lambda g: g * 2.0, grads)
         st = tx.init(master)
         box = {"master": master, "moments": optim.LayerMoments(st.mu, st.nu, st.mu_scales,
                                                                st.nu_scales)}
         info0, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
-        nbytes = _hlo_bytes(jax.jit(optim.fused_layer_step), box["master"], grads,
-                            box["moments"], info0, hp)
+        nbytes = _hlo_bytes(jax.jit(functools.partial(optim.fused_layer_step, impl=impl)),
+                            box["master"], grads, box["moments"], info0, hp)
         if not norm_given:
             nbytes += _hlo_bytes(norm_fn, grads)
 
@@ -125,7 +128,7 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
             norm = jnp.float32(0.5) if norm_given else norm_fn(grads)
             info, _, _ = optim.begin_step(0, 0, norm, 1.0)
             box["master"], copy, box["moments"] = optim.fused_layer_step(
-                box["master"], grads, box["moments"], info, hp)
+                box["master"], grads, box["moments"], info, hp, impl=impl)
             jax.block_until_ready((box["master"], copy, box["moments"]))
 
         return run, nbytes / num_params
@@ -143,6 +146,13 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
         if fmt != "fp32":
             methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (
                 *make_fused(tx, True), bpp)
+        if fmt == "dynamic8" and native.available():
+            methods[NATIVE] = (*make_fused(tx, True, "native"), bpp)
+            if not fused_only:
+                methods[NATIVE.replace("norm given", "norm computed")] = (
+                    *make_fused(tx, False, "native"), bpp)
+        elif fmt == "dynamic8":
+            print(f"native kernel not run: {native.unavailable_reason()}")
     return methods, num_params
 
 
@@ -309,7 +319,7 @@ class TorchPeers:
 
 # ---------------------------------------------------------------------------------------- main
 def _pinned_jax_rate(n: int, repeats: int, cores: int) -> dict:
-    """Params/s of the fused host update (norm given) in a subprocess pinned to ``cores``."""
+    """Params/s of the fused host update (norm given; XLA and native) pinned to ``cores``."""
     cmd = [sys.executable, __file__, "--pin", str(cores), "--fused-worker", str(n),
            "--repeats", str(repeats)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600,
@@ -355,8 +365,8 @@ def main() -> None:
         return
     if args.fused_worker is not None:
         rows, num_params = _time_jax(args.fused_worker, ["dynamic8"], args.repeats, True)
-        (t, _, _), = rows.values()
-        print("RESULT " + json.dumps({"params_per_s": num_params / t}), flush=True)
+        print("RESULT " + json.dumps({name: num_params / r[0] for name, r in rows.items()}),
+              flush=True)
         return
     import jax
 
@@ -383,7 +393,8 @@ def main() -> None:
                   f"({t / t_opt:.2f}x optax measured)")
         for cores in [int(c) for c in args.cores.split(",") if c]:
             r = _pinned_jax_rate(n, args.repeats, cores)
-            line = r.get("error") or f"{r['params_per_s'] / 1e6:.0f} Mparam/s"
+            line = r.get("error") or "; ".join(
+                f"{name.split(': ', 1)[1]} {rate / 1e6:.0f} Mparam/s" for name, rate in r.items())
             if args.torch_python:
                 peers = TorchPeers(args.torch_python, n, pin=cores, only=DEEPSPEED)
                 for _ in range(args.repeats):
@@ -392,14 +403,12 @@ def main() -> None:
                 d = d.get(DEEPSPEED, next(iter(d.values())))
                 line += ("; DeepSpeedCPUAdam " + (d if isinstance(d, str) else
                                                   f"{num_params / d[0] / 1e6:.0f} Mparam/s"))
-            print(f"pinned to {cores} core(s): fused host update (norm given) {line}")
-            if cores == 1 and "params_per_s" in r:
-                fused = rows.get("adamw_8bit dynamic8: fused_layer_step, norm given")
-                hlo = fused[2] if fused else LIMIT_8BIT
-                rate1 = r["params_per_s"]
-                print(f"scaling model for a c-core host: rate(c) = min(c * {rate1:.3g}, "
-                      f"bandwidth / {hlo:.1f} B) params/s (per-core rate measured here, bytes "
-                      "from the compiled program; use the host's own bandwidth)")
+            print(f"pinned to {cores} core(s): {line}")
+            if cores == 1 and NATIVE in r:
+                rate1 = r[NATIVE]
+                print(f"scaling model for a c-core host (native kernel): rate(c) = "
+                      f"min(c * {rate1:.3g}, bandwidth / {LIMIT_8BIT + 16 / 256:.1f} B) params/s "
+                      "(per-core rate measured here; use the host's own bandwidth)")
         sys.stdout.flush()
 
 
