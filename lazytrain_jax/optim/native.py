@@ -3,7 +3,7 @@
 XLA on the CPU has no multi-output loop fusion, so ``kernel.leaf_master_step`` runs as several
 passes (scale bounds, master, bf16 copy, m codes, v codes) that each read the gradient again:
 ~40 B/param of traffic against the 18 B the update needs, and about one fifth of DeepSpeed's
-CPU Adam per core (``benchmarks/optimizer_cpu.py``). ``native/adam8bit_cpu.cc`` does the same
+CPU Adam per core (``benchmarks/optimizer_cpu.py``). ``csrc/adam8bit_cpu.cc`` does the same
 math per block of ``block_size`` elements while the block is in L1 (read p g mc vc, write p copy
 mc vc), split across the process's cores, as an XLA FFI custom call on donated buffers.
 
@@ -36,7 +36,7 @@ from lazytrain_jax.optim import blockwise as q
 from lazytrain_jax.optim.kernel import AdamHyperparams, StepInfo
 
 TARGET = "lazytrain_adam8bit_cpu"
-_SOURCE = os.path.join(os.path.dirname(__file__), "native", "adam8bit_cpu.cc")
+_SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "adam8bit_cpu.cc")
 _FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
           "-fopenmp-simd", "-std=c++17", "-shared", "-fPIC", "-pthread", "-w")
 _lock = threading.Lock()

@@ -4,7 +4,7 @@
 // codes' maxima (kernel._scale_bounds), then clip, Adam, decoupled weight decay, the fp32 master
 // update, the bf16 streaming copy and the requantized dynamic8 codes. The block stays in L1, so
 // memory sees each byte once: read p g mc vc, write p copy mc vc (18 B/param). Blocks are split
-// across threads. Same math as lazytrain_jax/optim/kernel.py (dynamic8); see native.py.
+// across threads. Same math as lazytrain_jax/optim/kernel.py (dynamic8); see ../native.py.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
