@@ -9,7 +9,7 @@ is emulated and slow, so it must never be chosen by accident).
 
 Runs on whatever ``jax.devices()[0]`` is (a GPU when one is visible, else the CPU)::
 
-    python benchmarks/gpu_check_optim.py --size 100M --repeats 20
+    PYTHONPATH=. python benchmarks/gpu_check_optim.py --size 100M --repeats 20
 
 Prints one table; exits non-zero if the compiled 8-bit step contains a float8 type.
 """

@@ -30,10 +30,11 @@ bytes, write p, 2 code bytes and the copy = 18 B, + 16 / block_size of scales).
 ``--cores 1,2`` adds params/s of the fused host update and of DeepSpeedCPUAdam with the process
 pinned to 1 and to 2 cores (``os.sched_setaffinity`` before jax / torch start their pools).
 
-Usage::
+Usage (from the repository root; ``PYTHONPATH=.`` so that this checkout is what is measured)::
 
-    python benchmarks/optimizer_cpu.py --torch-python /tmp/dsenv/bin/python --sizes 100M
-    python benchmarks/optimizer_cpu.py --sizes 10M --repeats 3          # quick, JAX rows only
+    PYTHONPATH=. python benchmarks/optimizer_cpu.py --torch-python /tmp/dsenv/bin/python \
+        --sizes 100M --cores 1,2
+    PYTHONPATH=. python benchmarks/optimizer_cpu.py --sizes 10M --repeats 3   # quick, JAX only
 
 Rows a peer cannot run on CPU say so (with the error) instead of a time.
 """
