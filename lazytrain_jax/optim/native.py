@@ -8,8 +8,8 @@ math per block of ``block_size`` elements while the block is in L1 (read p g mc 
 mc vc), split across the process's cores, as an XLA FFI custom call on donated buffers.
 
 The C++ source is compiled on first use with the system's ``g++`` (``-O3 -march=native``, no
-fast-math, no FMA contraction; no errno / trapping math, so the loops vectorize) into ``~/.cache/lazytrain_jax`` (atomic rename; keyed by the
-source, flags, jaxlib and CPU). Without a compiler :func:`available` is False and callers keep
+fast-math, no FMA contraction; no errno / trapping math, so the loops vectorize) into
+``~/.cache/lazytrain_jax`` (atomic rename; keyed by the source, flags, jaxlib and CPU). Without a compiler :func:`available` is False and callers keep
 the XLA path. ``LAZYTRAIN_NATIVE=0`` disables it.
 
 Results agree with the XLA path to fp32 rounding, not bit for bit (XLA rewrites some divisions
