@@ -10,16 +10,32 @@ during backward, so on the host the norm is free).
 Prints the median time per update over several repeats (methods interleaved round by round, so
 machine noise hits all alike), the ratio to optax fp32, and Adam-state bytes per parameter.
 
-The torch peers (bitsandbytes AdamW8bit, torchao AdamW8bit, torch AdamW fp32) run in a
-subprocess with a separate python, installed in a throwaway environment -- never the main one::
+The torch peers (DeepSpeed's ``DeepSpeedCPUAdam`` -- ZeRO-Offload's vectorised C++ fp32 Adam, the
+host optimizer offloading users run --, bitsandbytes AdamW8bit, torchao AdamW8bit, torch AdamW fp32;
+each after ``clip_grad_norm_``) run in a subprocess with a separate python, installed in a
+throwaway environment -- never a dependency of this project::
 
-    python -m venv /tmp/bnbenv
-    /tmp/bnbenv/bin/pip install torch==2.13.0 bitsandbytes torchao
+    python -m venv --system-site-packages /tmp/dsenv   # reuses the CPU torch already installed
+    /tmp/dsenv/bin/pip install deepspeed bitsandbytes torchao
+    # DeepSpeedCPUAdam builds its C++ op (g++, ninja) on first use: minutes, cached afterwards
 
-Usage::
+Columns: median ms per update; ratio to optax fp32; params/s; ``HLO B/param`` = bytes the
+compiled XLA program reads and writes per parameter (``cost_analysis``: every top-level op's
+operands + results; the JAX rows only; for the native kernel, which XLA cannot see into, the
+kernel's own traffic, + 4 B when the norm is computed); Adam-state bytes per parameter. Below the table: the
+memory bandwidth measured here (a jitted copy) and each method's byte limit, the time its minimum
+traffic takes at that bandwidth (fp32 AdamW + clip + bf16 copy: read g for the norm, read p g m v,
+write p m v and the copy = 34 B; the fused 8-bit update with the norm given: read p g and 2 code
+bytes, write p, 2 code bytes and the copy = 18 B, + 16 / block_size of scales).
 
-    python benchmarks/optimizer_cpu.py --torch-python /tmp/bnbenv/bin/python
-    python benchmarks/optimizer_cpu.py --sizes 10M --repeats 3          # quick, JAX rows only
+``--cores 1,2`` adds params/s of the fused host update and of DeepSpeedCPUAdam with the process
+pinned to 1 and to 2 cores (``os.sched_setaffinity`` before jax / torch start their pools).
+
+Usage (from the repository root; ``PYTHONPATH=.`` so that this checkout is what is measured)::
+
+    PYTHONPATH=. python benchmarks/optimizer_cpu.py --torch-python /tmp/dsenv/bin/python \
+        --sizes 100M --cores 1,2
+    PYTHONPATH=. python benchmarks/optimizer_cpu.py --sizes 10M --repeats 3   # quick, JAX only
 
 Rows a peer cannot run on CPU say so (with the error) instead of a time.
 """
@@ -29,11 +45,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import os
 import subprocess
 import sys
 import time
 
 MAT = 1024  # every tensor is MAT x MAT (block sizes divide it)
+OPTAX = "optax adamw + clip_by_global_norm (fp32)"
+DEEPSPEED = "DeepSpeedCPUAdam + clip_grad_norm_ (fp32)"
+NATIVE = "adamw_8bit dynamic8: fused, impl='native', norm given"
+# minimum bytes per parameter of one update (see the module docstring)
+LIMIT_FP32 = 4 + 16 + 12 + 2
+LIMIT_8BIT = 4 + 1 + 1 + 4 + 1 + 1 + 4 + 2
 
 
 def _num_mats(n: int) -> int:
@@ -47,97 +70,153 @@ def _parse_size(text: str) -> int:
 
 
 # ----------------------------------------------------------------------------------------- JAX
-def _jax_methods(n: int, formats: list[str]):
+def _hlo_bytes(jitted, *args) -> float:
+    """Bytes the compiled program reads + writes (XLA cost analysis of its top-level ops)."""
+    cost = jitted.lower(*args).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost.get("bytes accessed", float("nan")))
+
+
+def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
     import jax
     import jax.numpy as jnp
     import numpy as np
     import optax
 
     from lazytrain_jax import optim
+    from lazytrain_jax.optim import native
 
     k = _num_mats(n)
+    num_params = k * MAT * MAT
     rng = np.random.default_rng(0)
     host = [rng.standard_normal((MAT, MAT), dtype=np.float32) * 0.02 for _ in range(k)]
     grads = {f"w{i}": jnp.asarray(h * 0.01) for i, h in enumerate(host)}
     del host
 
-    def make(tx, precomputed_norm=False):
+    def make(tx):
         def step(master, state, g):
-            if precomputed_norm:  # the executor's path: norm summed per layer during backward
-                u, state = tx.update(g, state, master, global_norm=jnp.float32(0.5))
-            else:
-                u, state = tx.update(g, state, master)
+            u, state = tx.update(g, state, master)
             master = optax.apply_updates(master, u)
             return master, jax.tree.map(lambda p: p.astype(jnp.bfloat16), master), state
 
         fn = jax.jit(step, donate_argnums=(0, 1))
         master = jax.tree.map(lambda g: g * 2.0, grads)
         box = {"master": master, "state": tx.init(master)}
+        nbytes = _hlo_bytes(jax.jit(step), box["master"], box["state"], grads)
 
         def run():
             box["master"], copy, box["state"] = fn(box["master"], box["state"], grads)
             jax.block_until_ready((box["master"], copy, box["state"]))
 
-        return run, box
+        return run, nbytes / num_params
 
     norm_fn = jax.jit(optim.global_norm_fp32)
     hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
 
-    def make_fused(tx, norm_given):
+    def make_fused(tx, norm_given, impl="xla"):
         """The host executor's path: begin_step + fused_layer_step (donated master, state)."""
         master = jax.tree.map(lambda g: g * 2.0, grads)
         st = tx.init(master)
         box = {"master": master, "moments": optim.LayerMoments(st.mu, st.nu, st.mu_scales,
                                                                st.nu_scales)}
+        info0, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
+        # XLA's cost analysis does not see inside the native custom call: its own traffic instead
+        nbytes = (LIMIT_8BIT + 16 / 256) * num_params if impl == "native" else _hlo_bytes(
+            jax.jit(optim.fused_layer_step), box["master"], grads, box["moments"], info0, hp)
+        if not norm_given:
+            nbytes += _hlo_bytes(norm_fn, grads)
 
         def run():
             norm = jnp.float32(0.5) if norm_given else norm_fn(grads)
             info, _, _ = optim.begin_step(0, 0, norm, 1.0)
             box["master"], copy, box["moments"] = optim.fused_layer_step(
-                box["master"], grads, box["moments"], info, hp)
+                box["master"], grads, box["moments"], info, hp, impl=impl)
             jax.block_until_ready((box["master"], copy, box["moments"]))
 
-        return run
+        return run, nbytes / num_params
 
     methods = {}
-    ref = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=0.01))
-    run, box = make(ref)
-    methods["optax adamw + clip_by_global_norm (fp32)"] = (run, 8.0)
+    if not fused_only:
+        ref = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=0.01))
+        methods[OPTAX] = (*make(ref), 8.0)
     for fmt in formats:
         tx = optim.adamw_8bit(1e-3, weight_decay=0.01, max_grad_norm=1.0, state_format=fmt)
         bpp = optim.state_bytes_per_param(grads, state_format=fmt)["bytes_per_param"]
-        methods[f"adamw_8bit {fmt}: optax transform"] = (make(tx)[0], bpp)
-        methods[f"adamw_8bit {fmt}: fused_layer_step"] = (make_fused(tx, False), bpp)
+        if not fused_only:
+            methods[f"adamw_8bit {fmt}: optax transform"] = (*make(tx), bpp)
+            methods[f"adamw_8bit {fmt}: fused_layer_step"] = (*make_fused(tx, False), bpp)
         if fmt != "fp32":
-            methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (make_fused(tx, True),
-                                                                          bpp)
-    return methods, k * MAT * MAT
+            methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (
+                *make_fused(tx, True), bpp)
+        if fmt == "dynamic8" and native.available():
+            methods[NATIVE] = (*make_fused(tx, True, "native"), bpp)
+            if not fused_only:
+                methods[NATIVE.replace("norm given", "norm computed")] = (
+                    *make_fused(tx, False, "native"), bpp)
+        elif fmt == "dynamic8":
+            print(f"native kernel not run: {native.unavailable_reason()}")
+    return methods, num_params
 
 
-def _time_jax(n: int, formats: list[str], repeats: int):
-    methods, num_params = _jax_methods(n, formats)
+def _bandwidth(num_floats: int, repeats: int) -> float:
+    """Bytes/s of a jitted, donated in-place scale of ``num_floats`` fp32 (read + write)."""
+    import jax
+    import jax.numpy as jnp
+
+    fn = jax.jit(lambda x: x * 1.0000001, donate_argnums=0)
+    x = jnp.ones(num_floats, jnp.float32)
+    times = []
+    for i in range(repeats + 2):
+        t0 = time.perf_counter()
+        x = jax.block_until_ready(fn(x))
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return 8.0 * num_floats / statistics.median(times)
+
+
+def _time_jax(n: int, formats: list[str], repeats: int, fused_only: bool = False,
+              peers: "TorchPeers | None" = None):
+    methods, num_params = _jax_methods(n, formats, fused_only)
     times = {name: [] for name in methods}
-    for run, _ in methods.values():  # compile + warm up
+    for run, *_ in methods.values():  # compile + warm up
         run()
         run()
     for _ in range(repeats):
-        for name, (run, _) in methods.items():
+        for name, (run, *_) in methods.items():
             t0 = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - t0)
-    rows = {name: (statistics.median(t), methods[name][1]) for name, t in times.items()}
+        if peers is not None:
+            peers.round()
+    rows = {name: (statistics.median(t), methods[name][2], methods[name][1])
+            for name, t in times.items()}
     return rows, num_params
 
 
 # --------------------------------------------------------------------------------------- torch
-def torch_worker(n: int, repeats: int) -> None:
-    """Runs inside the torch venv; prints one JSON line per peer."""
+def torch_worker(n: int, only: str | None = None) -> None:
+    """Runs inside the torch venv: builds the peers, then times one step of each per input line.
+
+    Prints ``READY``; for each line read from stdin prints ``ROUND {name: seconds}``; at end of
+    input prints one ``RESULT`` line per peer (state bytes per param, or the error that stopped it).
+    """
     import torch
 
     torch.manual_seed(0)
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     k = _num_mats(n)
+    steps, results = {}, {}
+
+    def _tensors(st):
+        for v in st.values():
+            if torch.is_tensor(v):
+                # torchao keeps codes and scales inside a tensor subclass
+                inner = [getattr(v, a) for a in ("codes", "scale", "qmap") if hasattr(v, a)]
+                yield from (inner if inner else [v])
 
     def peer(name, make_opt):
+        if only is not None and name != only:
+            return
         try:
             params = [torch.nn.Parameter(torch.randn(MAT, MAT) * 0.02) for _ in range(k)]
             for p in params:
@@ -154,33 +233,22 @@ def torch_worker(n: int, repeats: int) -> None:
 
             for _ in range(2):
                 step()
-            ts = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                step()
-                ts.append(time.perf_counter() - t0)
             state_bytes = sum(t.numel() * t.element_size() for st in opt.state.values()
                               for t in _tensors(st) if t.numel() > 1)
-            out = {"name": name, "time": statistics.median(ts),
-                   "bpp": state_bytes / (k * MAT * MAT)}
+            steps[name] = step
+            results[name] = {"name": name, "bpp": state_bytes / (k * MAT * MAT),
+                             "threads": torch.get_num_threads()}
         except Exception as e:  # a peer that does not run on CPU is reported, not hidden
-            out = {"name": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"}
-        print("RESULT " + json.dumps(out), flush=True)
+            results[name] = {"name": name,
+                             "error": f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"}
 
-    def _tensors(st):
-        for v in st.values():
-            if torch.is_tensor(v):
-                # torchao keeps codes and scales inside a tensor subclass
-                inner = [getattr(v, a) for a in ("codes", "scale", "qmap") if hasattr(v, a)]
-                yield from (inner if inner else [v])
-
-    peer("torch AdamW fp32 (foreach)", lambda ps: torch.optim.AdamW(ps, 1e-3, weight_decay=0.01))
+    def ds_opt(ps):
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        return DeepSpeedCPUAdam(ps, lr=1e-3, weight_decay=0.01, adamw_mode=True)
 
     def bnb_opt(ps):
         import bitsandbytes as bnb
         return bnb.optim.AdamW8bit(ps, lr=1e-3, weight_decay=0.01)
-
-    peer("bitsandbytes AdamW8bit", bnb_opt)
 
     def ao_opt(ps):
         try:
@@ -189,59 +257,160 @@ def torch_worker(n: int, repeats: int) -> None:
             from torchao.prototype.low_bit_optim import AdamW8bit
         return AdamW8bit(ps, lr=1e-3, weight_decay=0.01)
 
+    peer(DEEPSPEED, ds_opt)
+    peer("torch AdamW fp32 (foreach)", lambda ps: torch.optim.AdamW(ps, 1e-3, weight_decay=0.01))
+    peer("bitsandbytes AdamW8bit", bnb_opt)
     peer("torchao AdamW8bit", ao_opt)
+    print("READY", flush=True)
+    for _ in sys.stdin:
+        times = {}
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            times[name] = time.perf_counter() - t0
+        print("ROUND " + json.dumps(times), flush=True)
+    for r in results.values():
+        print("RESULT " + json.dumps(r), flush=True)
 
 
-def _time_torch(python: str, n: int, repeats: int):
-    cmd = [python, __file__, "--torch-worker", str(n), "--repeats", str(repeats)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"torch peers": f"not run: {type(e).__name__}: {e}"}
-    rows = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            r = json.loads(line[7:])
-            rows[r["name"]] = r.get("error") or (r["time"], r["bpp"])
-    if not rows:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:120]
-        rows["torch peers"] = f"not run: {tail}"
-    return rows
+class TorchPeers:
+    """The torch worker as a subprocess, stepped once per round between the JAX methods."""
+
+    def __init__(self, python: str, n: int, pin: int | None = None, only: str | None = None):
+        cmd = [python, __file__, "--torch-worker", str(n)]
+        cmd += [] if pin is None else ["--pin", str(pin)]
+        cmd += [] if only is None else ["--only", only]
+        self.error = None
+        self.times: dict[str, list[float]] = {}
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+            self._read("READY")
+        except (OSError, RuntimeError) as e:
+            self.error = f"not run: {type(e).__name__}: {e}"
+
+    def _read(self, tag):
+        for line in self.proc.stdout:
+            if line.startswith(tag):
+                return line[len(tag):].strip()
+        tail = (self.proc.stderr.read().strip().splitlines() or ["no output"])[-1][:120]
+        raise RuntimeError(tail)
+
+    def round(self):
+        if self.error:
+            return
+        self.proc.stdin.write("round\n")
+        self.proc.stdin.flush()
+        for name, t in json.loads(self._read("ROUND")).items():
+            self.times.setdefault(name, []).append(t)
+
+    def finish(self) -> dict:
+        """``{name: (median seconds, state bytes/param) or error text}``."""
+        if self.error:
+            return {"torch peers": self.error}
+        self.proc.stdin.close()
+        rows = {}
+        for line in self.proc.stdout:
+            if line.startswith("RESULT "):
+                r = json.loads(line[7:])
+                rows[r["name"]] = r.get("error") or (statistics.median(self.times[r["name"]]),
+                                                     r["bpp"])
+        self.proc.wait()
+        return rows
 
 
 # ---------------------------------------------------------------------------------------- main
+def _pinned_jax_rate(n: int, repeats: int, cores: int) -> dict:
+    """Params/s of the fused host update (norm given; XLA and native) pinned to ``cores``."""
+    cmd = [sys.executable, __file__, "--pin", str(cores), "--fused-worker", str(n),
+           "--repeats", str(repeats)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:120]}
+
+
+def _print_table(rows, num_params, n):
+    base = rows[OPTAX][0]
+    print(f"\n{num_params / 1e6:.1f}M parameters ({_num_mats(n)} x {MAT}x{MAT} fp32)")
+    print(f"| {'method':<56} | {'median ms':>9} | {'vs optax':>8} | {'Mparam/s':>8} "
+          f"| {'HLO B/param':>11} | {'state B/param':>13} |")
+    print(f"|{'-' * 58}|{'-' * 11}|{'-' * 10}|{'-' * 10}|{'-' * 13}|{'-' * 15}|")
+    for name, r in rows.items():
+        if isinstance(r, str):
+            print(f"| {name:<56} | {r}")
+            continue
+        t, bpp, hlo = r
+        hlo_txt = "" if hlo is None else f"{hlo:.1f}"
+        print(f"| {name:<56} | {t * 1e3:9.1f} | {t / base:7.2f}x | {num_params / t / 1e6:8.0f} "
+              f"| {hlo_txt:>11} | {bpp:13.3f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10M,100M")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--formats", default="dynamic8,fp8,fp32")
-    ap.add_argument("--torch-python", default=None, help="python of the torch/bnb/torchao venv")
+    ap.add_argument("--formats", default="dynamic8")
+    ap.add_argument("--torch-python", default=None, help="python of the torch/deepspeed venv")
+    ap.add_argument("--cores", default="", help="e.g. 1,2: params/s pinned to that many cores")
+    ap.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--only", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--torch-worker", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--fused-worker", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.pin is not None:  # before jax / torch size their thread pools
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.pin])
     if args.torch_worker is not None:
-        torch_worker(args.torch_worker, args.repeats)
+        torch_worker(args.torch_worker, args.only)
+        return
+    if args.fused_worker is not None:
+        rows, num_params = _time_jax(args.fused_worker, ["dynamic8"], args.repeats, True)
+        print("RESULT " + json.dumps({name: num_params / r[0] for name, r in rows.items()}),
+              flush=True)
         return
     import jax
 
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {args.repeats} repeats, "
-          "one update = clip 1.0 + AdamW + fp32 master + bf16 copy")
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {len(os.sched_getaffinity(0))} "
+          f"cores, load average {os.getloadavg()[0]:.1f}, {args.repeats} repeats, one update = "
+          "clip 1.0 + AdamW + fp32 master + bf16 copy")
     for size in args.sizes.split(","):
         n = _parse_size(size)
-        rows, num_params = _time_jax(n, args.formats.split(","), args.repeats)
-        if args.torch_python:
-            rows.update(_time_torch(args.torch_python, n, args.repeats))
+        peers = TorchPeers(args.torch_python, n) if args.torch_python else None
+        rows, num_params = _time_jax(n, args.formats.split(","), args.repeats, peers=peers)
+        if peers is not None:
+            for name, r in peers.finish().items():
+                rows[name] = r if isinstance(r, str) else (*r, None)
         else:
             rows["torch peers"] = "not run: pass --torch-python"
-        base = rows["optax adamw + clip_by_global_norm (fp32)"][0]
-        print(f"\n{num_params / 1e6:.1f}M parameters ({_num_mats(n)} x {MAT}x{MAT} fp32)")
-        print(f"| {'method':<46} | {'median ms':>9} | {'vs optax':>8} | {'state B/param':>13} |")
-        print(f"|{'-' * 48}|{'-' * 11}|{'-' * 10}|{'-' * 15}|")
-        for name, r in rows.items():
-            if isinstance(r, str):
-                print(f"| {name:<46} | {r}")
-                continue
-            t, bpp = r
-            print(f"| {name:<46} | {t * 1e3:9.1f} | {t / base:7.2f}x | {bpp:13.3f} |")
+        _print_table(rows, num_params, n)
+        bw = _bandwidth(num_params, args.repeats)
+        t_opt = rows[OPTAX][0]
+        print(f"\nmemory bandwidth here (jitted in-place scale, read + write): {bw / 1e9:.1f} GB/s")
+        for label, limit in (("fp32 AdamW + clip + copy", LIMIT_FP32),
+                             ("fused 8-bit, norm given", LIMIT_8BIT + 16 / 256)):
+            t = limit * num_params / bw
+            print(f"byte limit, {label}: {limit:.1f} B/param -> {t * 1e3:.1f} ms "
+                  f"({t / t_opt:.2f}x optax measured)")
+        for cores in [int(c) for c in args.cores.split(",") if c]:
+            r = _pinned_jax_rate(n, args.repeats, cores)
+            line = r.get("error") or "; ".join(
+                f"{name.split(': ', 1)[1]} {rate / 1e6:.0f} Mparam/s" for name, rate in r.items())
+            if args.torch_python:
+                peers = TorchPeers(args.torch_python, n, pin=cores, only=DEEPSPEED)
+                for _ in range(args.repeats):
+                    peers.round()
+                d = peers.finish()
+                d = d.get(DEEPSPEED, next(iter(d.values())))
+                line += ("; DeepSpeedCPUAdam " + (d if isinstance(d, str) else
+                                                  f"{num_params / d[0] / 1e6:.0f} Mparam/s"))
+            print(f"pinned to {cores} core(s): {line}")
+            if cores == 1 and NATIVE in r:
+                rate1 = r[NATIVE]
+                print(f"scaling model for a c-core host (native kernel): rate(c) = "
+                      f"min(c * {rate1:.3g}, bandwidth / {LIMIT_8BIT + 16 / 256:.1f} B) params/s "
+                      "(per-core rate measured here; use the host's own bandwidth)")
         sys.stdout.flush()
 
 

@@ -8,7 +8,8 @@ Public API:
     them and their error bounds).
   * :func:`default_fp32_state_filter`, :func:`state_bytes_per_param` -- the hybrid policy.
   * :func:`begin_step`, :func:`apply_layer_update`, :func:`fused_layer_step`,
-    :func:`layer_moments`, :func:`set_layer_moments` -- layer-by-layer host updates.
+    :func:`layer_moments`, :func:`set_layer_moments` -- layer-by-layer host updates
+    (``fused_layer_step(impl="native")``: the one-pass C++ kernel of ``native.py``).
 
 Example:
     >>> import lazytrain_jax as lt

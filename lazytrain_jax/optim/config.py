@@ -44,7 +44,8 @@ _RULES = {  # field -> (predicate on a float or a jnp array (no `and`/`not`), wh
     "weight_decay": (lambda x: x >= 0.0, "must be >= 0 (a negative decay grows the weights)"),
     "max_grad_norm": (lambda x: x > 0.0, "must be > 0 or None"),
     # a non-finite norm is a legal input (the step is skipped); a negative one is a caller's bug
-    "global_norm": (lambda x: (x >= 0.0) | (x != x), "must be >= 0 (a global L2 norm), inf/NaN or None"),
+    "global_norm": (lambda x: (x >= 0.0) | (x != x),
+                    "must be >= 0 (a global L2 norm), inf/NaN or None"),
 }
 
 
@@ -189,7 +190,7 @@ class AdamW8bitConfig:
         return adam8bit.make_transform(self)
 
     def adam_hyperparams(self, count) -> AdamHyperparams:
-        """The step's numeric hyperparameters, as ``fused_layer_step`` / ``apply_layer_update`` take.
+        """The step's numeric hyperparameters (for ``fused_layer_step`` / ``apply_layer_update``).
 
         Args:
           count: the state's ``count`` before the step (applied steps so far); a schedule is

@@ -159,9 +159,10 @@ def leaf_update(g, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *
     g32 = g.astype(jnp.float32)
     if fmt == "fp32":
         u, m, v = _adam_direction(g32, mu, nu, info, hp)
-        u = _finish(u, p, hp, decay)
-        new = (jnp.where(info.apply, m, mu), jnp.where(info.apply, v, nu), mu_s, nu_s)
-        return jnp.where(info.apply, u, 0.0).astype(out_dtype), *new
+        u = jnp.where(info.apply, _finish(u, p, hp, decay), 0.0).astype(out_dtype)
+        m, v = _write_after(u, p, mu, nu, jnp.where(info.apply, m, mu),
+                            jnp.where(info.apply, v, nu))
+        return u, m, v, mu_s, nu_s
 
     shape = g.shape
     ms_n1, vs_n1 = mu_s.reshape(-1, 1), nu_s.reshape(-1, 1)
@@ -170,8 +171,9 @@ def leaf_update(g, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *
         # donated master / codes in place instead of writing temporaries and copying them.
         u, mc, vc, ms_n1, vs_n1 = block_math(g32, p, mu, nu, ms_n1, vs_n1, info, hp,
                                              decay=decay, block_size=block_size)
-        return (u.astype(out_dtype), mc, vc, ms_n1.reshape(mu_s.shape),
-                vs_n1.reshape(nu_s.shape))
+        u = u.astype(out_dtype)
+        mc, vc = _write_after(u, p, mu, nu, mc, vc)
+        return u, mc, vc, ms_n1.reshape(mu_s.shape), vs_n1.reshape(nu_s.shape)
     p_nb = None if p is None else q.to_blocks(p, block_size)
     u_nb, mc_nb, vc_nb, ms_n1, vs_n1 = block_math(
         q.to_blocks(g32, block_size), p_nb, q.to_blocks(mu, block_size),
@@ -214,6 +216,17 @@ def _block_moments(g, p, mc, vc, ms_n1, vs_n1, info, hp, *, decay, block_size):
     new_ms = jnp.where(info.apply, new_ms, ms_n1)
     new_vs = jnp.where(info.apply, new_vs, vs_n1)
     return u, m, v, new_ms, new_vs, expand
+
+
+def _write_after(u, p, mu, nu, new_mu, new_nu):
+    """``(new_mu, new_nu)``, written in place only after the update has read the old moments.
+
+    Inside a user's jitted step ``p + u`` is the ``optax.apply_updates`` sum (XLA merges the two),
+    so the new moments are ordered after the new params; without that ordering XLA copies both
+    donated moment buffers whole each step. Values are unchanged (the gate is always true).
+    """
+    mu1 = jnp.where(_after(u if p is None else p + u), new_mu, mu)
+    return mu1, jnp.where(_after(mu1), new_nu, nu)
 
 
 def _after(x):

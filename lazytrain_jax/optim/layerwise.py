@@ -13,7 +13,7 @@ the layer's params. One step::
         moments = layer_moments(state, "layers", i)
         master_i, bf16_i, moments = fused_layer_step(master_i, grads_i, moments, info, hp,
                                                      block_size=cfg.block_size,
-                                                     decay_mask=mask and mask["layers"][i])  # None: all
+                                                     decay_mask=mask and mask["layers"][i])
         state = set_layer_moments(state, ("layers", i), moments)   # and upload bf16_i
     state = state._replace(count=count, num_skipped=skipped)
 
@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 
-from lazytrain_jax.optim import kernel
+from lazytrain_jax.optim import kernel, native
 from lazytrain_jax.optim.kernel import AdamHyperparams, StepInfo
 
 
@@ -120,7 +120,7 @@ def apply_layer_update(grads, moments: LayerMoments, params, step: StepInfo, hp:
 
 def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: AdamHyperparams,
                      *, block_size: int = 256, copy_dtype=jnp.bfloat16,
-                     decay_filter: Callable | None = None, decay_mask=None):
+                     decay_filter: Callable | None = None, decay_mask=None, impl: str = "xla"):
     """One jitted pass over a layer: clip, Adam, fp32 master update and low-precision copy.
 
     ``master`` and ``moments`` are donated (their buffers hold the results); run it on the CPU
@@ -138,6 +138,10 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
         weight decay (paths are relative to the layer).
       decay_mask: alternatively, a tree of Python bools matching ``master`` (the unit's slice of
         ``AdamW8bitConfig.decay_mask(params)``); static. Not both.
+      impl: ``"xla"`` (default; bit-identical to the whole-tree transform), ``"native"`` (the
+        one-pass C++ kernel of ``native.py`` for fp32 masters with dynamic8 state, all cores;
+        equal to fp32 rounding; other tensors still take the XLA path) or ``"auto"`` (native
+        when it could be built, else xla).
 
     Returns:
       ``(new_master, new_copy, new_moments)``.
@@ -148,6 +152,14 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
     if decay_mask is not None and decay_filter is not None:
         raise ValueError("fused_layer_step got both decay_filter and decay_mask; give one")
     moments = LayerMoments(*moments)
+    if impl not in ("xla", "native", "auto"):
+        raise ValueError(f"impl={impl!r} is invalid; valid: 'xla', 'native', 'auto'")
+    if impl != "xla":
+        ok = native.available()
+        if impl == "native" and not ok:
+            raise ValueError(f"impl='native' is unavailable here ({native.unavailable_reason()}); "
+                             "use impl='xla' or 'auto'")
+        impl = "native" if ok else "xla"
     kernel.check_trees("master", master, grads=grads, mu=moments.mu, nu=moments.nu)
     kernel.check_trees("master", master, check_shapes=False, mu_scales=moments.mu_scales,
                        nu_scales=moments.nu_scales, decay_mask=decay_mask)
@@ -158,21 +170,26 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
     else:
         decay = tuple(bool(d) for d in treedef.flatten_up_to(decay_mask))
     return _fused_layer_step(master, grads, moments, step, hp, block_size=block_size,
-                             copy_dtype=copy_dtype, decay=decay)
+                             copy_dtype=copy_dtype, decay=decay, impl=impl)
 
 
-@functools.partial(jax.jit, static_argnames=("block_size", "copy_dtype", "decay"),
+@functools.partial(jax.jit, static_argnames=("block_size", "copy_dtype", "decay", "impl"),
                    donate_argnums=(0, 2))
-def _fused_layer_step(master, grads, moments, step, hp, *, block_size, copy_dtype, decay):
+def _fused_layer_step(master, grads, moments, step, hp, *, block_size, copy_dtype, decay, impl):
     treedef = jax.tree.structure(master)
     leaves = treedef.flatten_up_to(master)
     g_leaves = treedef.flatten_up_to(grads)
     state = [treedef.flatten_up_to(t) for t in moments]
     outs = []
     for p, g, mu, nu, mu_s, nu_s, d in zip(leaves, g_leaves, *state, decay):
-        outs.append(kernel.leaf_master_step(p, g, mu, nu, mu_s, nu_s, step, hp,
-                                            block_size=block_size, decay=d,
-                                            copy_dtype=copy_dtype))
+        if impl == "native" and native.supports(p, g, mu, block_size=block_size,
+                                                copy_dtype=copy_dtype, hp=hp):
+            outs.append(native.leaf_master_step(p, g, mu, nu, mu_s, nu_s, step, hp,
+                                                block_size=block_size, decay=d))
+        else:
+            outs.append(kernel.leaf_master_step(p, g, mu, nu, mu_s, nu_s, step, hp,
+                                                block_size=block_size, decay=d,
+                                                copy_dtype=copy_dtype))
     cols = [treedef.unflatten(list(c)) for c in zip(*outs)] if outs else [master] * 6
     return cols[0], cols[1], LayerMoments(*cols[2:])
 

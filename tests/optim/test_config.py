@@ -56,7 +56,8 @@ def test_per_unit_loop_equals_whole_tree_transform_on_a_real_model():
     cfg = optim.AdamW8bitConfig(
         # a schedule whose values are exact however XLA evaluates them (eager here, jitted in the
         # transform): halvings; a linear schedule's 1/3 steps may round differently in the two
-        learning_rate=optax.piecewise_constant_schedule(2e-3, {1: 0.5, 2: 0.5}), b1=0.9, b2=0.99, weight_decay=0.05,
+        learning_rate=optax.piecewise_constant_schedule(2e-3, {1: 0.5, 2: 0.5}), b1=0.9, b2=0.99,
+        weight_decay=0.05,
         max_grad_norm=0.5, mask=_no_norm_decay)
     tx = cfg.transform()
     assert optim.hyperparams_of(tx) is cfg

@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 
+import lazytrain_jax as lt
 from lazytrain_jax import optim
 
 HP = dict(b1=0.9, b2=0.99, eps=1e-8, weight_decay=0.05)
@@ -53,12 +54,28 @@ def test_precomputed_global_norm_equals_internal(fmt):
     assert float(norm) > CLIP  # clipping was active
 
 
+def _real_model():
+    """qwen3-debug's params (Hugging Face names): embed, 4 layers, head."""
+    return lt.init_model("qwen3-debug").params
+
+
+def _forward_units(params):
+    return [("embed",)] + [("layers", i) for i in range(len(params["layers"]))] + [("head",)]
+
+
+def _sub(tree, keys):
+    for k in keys:
+        tree = tree[k]
+    return tree
+
+
 @pytest.mark.parametrize("fmt", ["dynamic8", "fp8", "fp32"])
 def test_layer_by_layer_equals_whole_tree(fmt):
-    params = _model(1)
-    tx = optim.adamw_8bit(LR, max_grad_norm=CLIP, state_format=fmt, **HP)
+    params = _real_model()
+    tx = optim.adamw_8bit(LR, max_grad_norm=CLIP, state_format=fmt, min_8bit_size=1024, **HP)
     state = tx.init(params)
-    assert state.mu["layers"][0]["attn"]["kernel"].dtype != jnp.float32 or fmt == "fp32"
+    up_proj = state.mu["layers"][0]["mlp"]["up_proj"]["weight"]
+    assert (up_proj.dtype == jnp.float32) == (fmt == "fp32")
     whole_p, whole_s = params, state
     master = jax.tree.map(jnp.copy, params)
 
@@ -70,16 +87,13 @@ def test_layer_by_layer_equals_whole_tree(fmt):
     hp = optim.AdamHyperparams(HP["b1"], HP["b2"], HP["eps"], LR, HP["weight_decay"])
     for step in range(4):
         g = _grads(params, 10 + step, scale=1.0 if step % 2 else 1e-3)  # clipped and not clipped
-        # the executor: norm from per-layer sums of squares, then one layer at a time
+        # the executor: norm from per-layer sums of squares, then one unit at a time
         norm = jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(g)))
         whole_p, whole_s = whole_step(g, whole_s, whole_p, norm)  # same norm, same rounding
         info, count, skipped = optim.begin_step(state.count, state.num_skipped, norm, CLIP)
-        units = [("embed",), ("head",)] + [("layers", i) for i in range(3)]
-        for keys in units:
+        for keys in _forward_units(params):  # forward order: embed, layers 0..3, head
             moments = optim.layer_moments(state, *keys)
-            sub_master, sub_g = master, g
-            for k in keys:
-                sub_master, sub_g = sub_master[k], sub_g[k]
+            sub_master, sub_g = _sub(master, keys), _sub(g, keys)
             if keys[0] == "head":  # the pure-function path (jitted here, no donation)
                 new_master, moments = _apply_jit(sub_g, moments, sub_master, info, hp)
             else:
@@ -110,22 +124,26 @@ def _replace(tree, keys, value):
 
 
 def test_fused_layer_step_compiles_once_and_donates():
-    rng = np.random.default_rng(2)
-    params = {"attn": {"kernel": jnp.asarray(rng.standard_normal((48, 111)), jnp.float32)},
-              "norm": jnp.ones(48)}  # shapes no other test compiles
-    state = optim.adamw_8bit(LR).init({"l": params})
-    moments = optim.layer_moments(state, "l")
+    params = _real_model()
+    layer = params["layers"][1]
+    # block_size 64: a static argument no other test compiles with, so the count below is ours
+    state = optim.adamw_8bit(LR, block_size=64, min_8bit_size=1024).init(params)
+    moments = optim.layer_moments(state, "layers", 1)
+    assert moments.mu["self_attn"]["q_proj"]["weight"].dtype == jnp.int8
+    assert moments.mu["input_layernorm"]["weight"].dtype == jnp.float32  # both kinds donated
     info, _, _ = optim.begin_step(0, 0, jnp.float32(1.0), 1.0)
     before = optim.fused_layer_step._cache_size()
-    master = jax.tree.map(jnp.copy, params)
+    master = jax.tree.map(jnp.copy, layer)
     for step, lr in enumerate([1e-3, 5e-4, 2e-4]):  # a schedule: traced, no recompilation
         hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, lr, 0.01)
-        old = master
-        master, copy, moments = optim.fused_layer_step(master, _grads(params, step), moments,
-                                                       info, hp)
+        old_master, old_moments = master, moments
+        master, copy, moments = optim.fused_layer_step(master, _grads(layer, step), moments,
+                                                       info, hp, block_size=64)
+        # every buffer of the master and of all four moment trees was donated
+        assert all(x.is_deleted() for x in jax.tree.leaves((old_master, old_moments)))
+        assert not any(x.is_deleted() for x in jax.tree.leaves((master, moments)))
     assert optim.fused_layer_step._cache_size() - before == 1
-    assert old["attn"]["kernel"].is_deleted()  # the master buffer was donated
-    assert copy["attn"]["kernel"].dtype == jnp.bfloat16
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(copy))
 
 
 @pytest.mark.parametrize("bad, fmt", [(np.nan, "dynamic8"), (np.inf, "fp32"), (np.inf, "fp8")])

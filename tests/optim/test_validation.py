@@ -123,3 +123,21 @@ def test_mismatched_grads_and_state_trees_name_the_tree_and_key():
     with pytest.raises(ValueError, match=r"decay_mask does not match master.*\['u'\]"):
         optim.fused_layer_step(jax.tree.map(jnp.copy, PARAMS["layer"]), g["layer"], moments,
                                info, hp, decay_mask={"u": True})
+
+
+def test_default_state_has_no_float8_anywhere_in_the_step():
+    """The default (dynamic8) step lowers to int8/uint8 codes only: no float8 conversion that a
+    backend without native float8 (CPU, older GPUs) would emulate slowly."""
+    tx = optim.adamw_8bit(1e-3, max_grad_norm=1.0)
+    state = tx.init(PARAMS)
+
+    def step(g, s, p):
+        u, s = tx.update(g, s, p)
+        return optax.apply_updates(p, u), s
+
+    hlo = jax.jit(step).lower(_grads(), state, PARAMS).as_text()
+    assert "f8E4M3" not in hlo and "f8e4m3" not in hlo.lower()
+    assert "i8" in hlo or "si8" in hlo  # the codes are there
+    fp8 = optim.adamw_8bit(1e-3, state_format="fp8")  # the check can fail: fp8 state has them
+    fp8_hlo = jax.jit(fp8.update).lower(_grads(), fp8.init(PARAMS), PARAMS).as_text()
+    assert "f8e4m3" in fp8_hlo.lower()

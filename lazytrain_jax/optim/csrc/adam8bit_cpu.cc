@@ -1,0 +1,179 @@
+// Fused 8-bit AdamW for one fp32 tensor on the CPU, as an XLA FFI custom call.
+//
+// One pass per block of `block_size` elements: the block's scale bounds from max|g| and the
+// codes' maxima (kernel._scale_bounds), then clip, Adam, decoupled weight decay, the fp32 master
+// update, the bf16 streaming copy and the requantized dynamic8 codes. The block stays in L1, so
+// memory sees each byte once: read p g mc vc, write p copy mc vc (18 B/param). Blocks are split
+// across threads. Same math as lazytrain_jax/optim/kernel.py (dynamic8); see ../native.py.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sched.h>
+#include <thread>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr float kMinScale = 7.888609052210118e-31f;  // 2**-100
+constexpr float kInvM2 = static_cast<float>(1.0 / (127.0 * 127.0));
+constexpr float kInvV2 = static_cast<float>(1.0 / (255.0 * 255.0));
+constexpr float kMidM = static_cast<float>(2.0 * 127.0 * 127.0);
+constexpr float kMidV = static_cast<float>(2.0 * 255.0 * 255.0 * 255.0 * 255.0);
+
+struct Scalars {
+  float clip, apply, b1, b2, eps, lr, wd, inv_bc1, inv_bc2;  // 1 / bias corrections
+};
+
+inline uint16_t to_bf16(float x) {  // round to nearest even; NaN stays a (quiet) NaN
+  const uint32_t bits = __builtin_bit_cast(uint32_t, x);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t nan = (bits >> 16) | 0x40u;
+  return static_cast<uint16_t>(x != x ? nan : rounded);
+}
+
+template <bool kDecay>  // a compile-time flag: a runtime one keeps the loop from vectorizing
+void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
+                const float* __restrict__ g, float* __restrict__ p,
+                uint16_t* __restrict__ copy, int8_t* __restrict__ mc,
+                uint8_t* __restrict__ vc, float* __restrict__ ms, float* __restrict__ vs) {
+  const float om1 = 1.0f - s.b1, om2 = 1.0f - s.b2;
+  for (int64_t blk = b0; blk < b1_end; ++blk) {
+    const int64_t o = blk * bs;
+    const float* __restrict__ gb = g + o;
+    float* __restrict__ pb = p + o;
+    uint16_t* __restrict__ cb = copy + o;
+    int8_t* __restrict__ mb = mc + o;
+    uint8_t* __restrict__ vb = vc + o;
+    if (s.apply == 0.0f) {  // skipped step: only the copy is written
+      for (int64_t i = 0; i < bs; ++i) cb[i] = to_bf16(pb[i]);
+      continue;
+    }
+    float gmax = 0.0f;
+    int mmax = 0, vmax = 0;
+#pragma omp simd reduction(max : gmax, mmax, vmax)
+    for (int64_t i = 0; i < bs; ++i) {
+      gmax = std::max(gmax, std::fabs(gb[i]));
+      int c = mb[i];
+      mmax = std::max(mmax, c < 0 ? -c : c);
+      vmax = std::max(vmax, static_cast<int>(vb[i]));
+    }
+    const float sm_old = ms[blk], sv_old = vs[blk];
+    const float g_max = gmax * s.clip;
+    const float km = static_cast<float>(mmax), kv = static_cast<float>(vmax);
+    const float m_max = sm_old * ((km * km) * kInvM2);
+    const float qv = (kv * kv) * kInvV2;
+    const float v_max = sv_old * (qv * qv);
+    float sm = s.b1 * m_max + om1 * g_max;
+    float sv = s.b2 * v_max + om2 * (g_max * g_max);
+    sm = sm < kMinScale ? 0.0f : sm;
+    sv = sv < kMinScale ? 0.0f : sv;
+    const float inv_m = sm > 0.0f ? 64.0f / sm : 0.0f;
+    const float inv_v = sv > 0.0f ? 64.0f / sv : 0.0f;
+#pragma omp simd
+    for (int64_t i = 0; i < bs; ++i) {
+      const float k = static_cast<float>(vb[i]);
+      const float q = (k * k) * kInvV2;
+      const float v_old = sv_old * (q * q);
+      const float c = static_cast<float>(mb[i]);
+      const float m_old = v_old == 0.0f ? 0.0f : sm_old * ((c * std::fabs(c)) * kInvM2);
+      const float gg = gb[i] * s.clip;
+      const float m = om1 * gg + s.b1 * m_old;
+      const float v = om2 * (gg * gg) + s.b2 * v_old;
+      float u = (m * s.inv_bc1) / (std::sqrt(v * s.inv_bc2) + s.eps);  // as XLA rewrites x / c
+      if constexpr (kDecay) u = u + s.wd * pb[i];
+      u = -s.lr * u;
+      const float np = pb[i] + u;
+      pb[i] = np;
+      cb[i] = to_bf16(np);
+      const float um = (std::fabs(m) * (1.0f / 64.0f)) * inv_m;
+      float t = std::min(std::max(std::floor(127.0f * std::sqrt(um)), 0.0f), 126.0f);
+      float t1 = t + 1.0f;
+      float code = um * kMidM > t * t1 * 2.0f + 1.0f ? t1 : t;
+      mb[i] = static_cast<int8_t>(m < 0.0f ? -code : code);
+      const float uv = (v * (1.0f / 64.0f)) * inv_v;
+      t = std::min(std::max(std::floor(255.0f * std::sqrt(std::sqrt(uv))), 0.0f), 254.0f);
+      t1 = t + 1.0f;
+      const float t2 = t * t, t12 = t1 * t1;
+      vb[i] = static_cast<uint8_t>(uv * kMidV > t2 * t2 + t12 * t12 ? t1 : t);
+    }
+    ms[blk] = sm;
+    vs[blk] = sv;
+  }
+}
+
+int num_threads(int64_t asked) {
+  if (asked > 0) return static_cast<int>(asked);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
+                        ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
+                        ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
+                        ffi::Buffer<ffi::F32> scalars, ffi::ResultBuffer<ffi::F32> p,
+                        ffi::ResultBuffer<ffi::BF16> copy, ffi::ResultBuffer<ffi::S8> mc,
+                        ffi::ResultBuffer<ffi::U8> vc, ffi::ResultBuffer<ffi::F32> ms,
+                        ffi::ResultBuffer<ffi::F32> vs, int64_t block_size, bool decay,
+                        int64_t threads) {
+  const int64_t n = g.element_count();
+  if (block_size <= 0 || n % block_size != 0 || scalars.element_count() != 9)
+    return ffi::Error::InvalidArgument("adam8bit: size must be a multiple of block_size");
+  const int64_t nb = n / block_size;
+  if (ms_in.element_count() != nb) return ffi::Error::InvalidArgument("adam8bit: scale shape");
+  // outputs alias the donated inputs; copy when XLA could not alias them
+  if (p->typed_data() != p_in.typed_data())
+    std::memcpy(p->typed_data(), p_in.typed_data(), n * 4);
+  if (mc->typed_data() != mc_in.typed_data())
+    std::memcpy(mc->typed_data(), mc_in.typed_data(), n);
+  if (vc->typed_data() != vc_in.typed_data())
+    std::memcpy(vc->typed_data(), vc_in.typed_data(), n);
+  if (ms->typed_data() != ms_in.typed_data())
+    std::memcpy(ms->typed_data(), ms_in.typed_data(), nb * 4);
+  if (vs->typed_data() != vs_in.typed_data())
+    std::memcpy(vs->typed_data(), vs_in.typed_data(), nb * 4);
+  const float* sc = scalars.typed_data();
+  const Scalars s{sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7], sc[8]};
+  auto* cp = reinterpret_cast<uint16_t*>(copy->typed_data());
+  const int t = static_cast<int>(std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, nb / 64)));
+  auto work = [&](int64_t lo, int64_t hi) {
+    auto* fn = decay ? &run_blocks<true> : &run_blocks<false>;
+    fn(lo, hi, block_size, s, g.typed_data(), p->typed_data(), cp, mc->typed_data(),
+       vc->typed_data(), ms->typed_data(), vs->typed_data());
+  };
+  if (t <= 1) {
+    work(0, nb);
+  } else {
+    std::vector<std::thread> pool;
+    for (int i = 1; i < t; ++i) pool.emplace_back(work, nb * i / t, nb * (i + 1) / t);
+    work(0, nb / t);
+    for (auto& th : pool) th.join();
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitCpu, Adam8bitImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::BF16>>()
+                                  .Ret<ffi::Buffer<ffi::S8>>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("block_size")
+                                  .Attr<bool>("decay")
+                                  .Attr<int64_t>("threads"));

@@ -1,0 +1,108 @@
+"""The native CPU kernel of the fused host update against the XLA path (``impl="xla"``)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import lazytrain_jax as lt
+from lazytrain_jax import optim
+from lazytrain_jax.optim import native
+
+pytestmark = pytest.mark.skipif(not native.available(),
+                                reason=f"native kernel not built: {native.unavailable_reason()}")
+
+LR = 1e-3
+HP = optim.AdamHyperparams(0.9, 0.99, 1e-8, LR, 0.05)
+
+
+def _grads(tree, seed, scale):
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(
+        lambda x: jnp.asarray(rng.standard_normal(x.shape).astype(np.float32) * scale), tree)
+
+
+def _run(impl, layer, moments, steps):
+    master = jax.tree.map(jnp.copy, layer)
+    moments = jax.tree.map(jnp.copy, moments)
+    count = 0
+    for step, (g, norm) in enumerate(steps):
+        info, new_count, _ = optim.begin_step(count, 0, norm, 0.5)
+        master, copy, moments = optim.fused_layer_step(master, g, moments, info, HP, impl=impl)
+        count = int(new_count)
+    return master, copy, moments
+
+
+def test_native_matches_xla_on_a_real_layer_to_rounding():
+    params = lt.init_model("qwen3-debug").params
+    layer = params["layers"][2]
+    state = optim.adamw_8bit(LR, min_8bit_size=1024).init(params)
+    moments = optim.layer_moments(state, "layers", 2)
+    steps = []
+    for i in range(5):
+        g = _grads(layer, i, 1.0 if i % 2 == 0 else 1e-3)  # clipped, unclipped
+        steps.append((g, optim.global_norm_fp32(g)))
+    steps.append((steps[0][0], jnp.float32(np.nan)))  # a skipped step
+    xm, xc, xmom = _run("xla", layer, moments, steps)
+    nm, nc, nmom = _run("native", layer, moments, steps)
+    flat = lambda t: jax.tree_util.tree_flatten_with_path(t)[0]  # noqa: E731
+    num_8bit = 0
+    for (path, x), (_, n), (_, mu) in zip(flat(xm), flat(nm), flat(xmom.mu)):
+        name = jax.tree_util.keystr(path)
+        if mu.dtype == jnp.float32:  # fp32-state tensors (norms) take the XLA path: identical
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(n), err_msg=name)
+            continue
+        num_8bit += 1
+        # fp32 rounding (divisions, FMA contraction) and rare codes one step apart
+        diff = np.abs(np.asarray(x) - np.asarray(n))
+        assert diff.max() <= 0.05 * LR, name
+        assert np.mean(diff > 1e-6 * np.abs(np.asarray(x)).max()) < 1e-3, name
+    assert num_8bit == 7  # q, k, v, o, gate, up, down
+    for tree_x, tree_n in ((xmom.mu, nmom.mu), (xmom.nu, nmom.nu)):
+        for x, n in zip(jax.tree.leaves(tree_x), jax.tree.leaves(tree_n)):
+            d = np.abs(np.asarray(x, np.int32) - np.asarray(n, np.int32))
+            assert d.max() <= 2 and np.mean(d > 0) < 1e-3
+    for tree_x, tree_n in ((xmom.mu_scales, nmom.mu_scales), (xmom.nu_scales, nmom.nu_scales)):
+        for x, n in zip(jax.tree.leaves(tree_x), jax.tree.leaves(tree_n)):
+            np.testing.assert_allclose(np.asarray(n), np.asarray(x), rtol=1e-5, atol=0)
+    # the streaming copy is the new master rounded to bf16, in both
+    for m, c in zip(jax.tree.leaves(nm), jax.tree.leaves(nc)):
+        np.testing.assert_array_equal(np.asarray(c), np.asarray(m.astype(jnp.bfloat16)))
+
+
+def test_native_skipped_step_leaves_state_and_donates():
+    params = lt.init_model("qwen3-debug").params
+    layer = params["layers"][0]
+    state = optim.adamw_8bit(LR, min_8bit_size=1024).init(params)
+    moments = optim.layer_moments(state, "layers", 0)
+    g = _grads(layer, 7, 1.0)
+    info, _, _ = optim.begin_step(0, 0, optim.global_norm_fp32(g), 0.5)
+    master, _, moments = optim.fused_layer_step(jax.tree.map(jnp.copy, layer), g, moments, info,
+                                                HP, impl="native")
+    before = jax.tree.map(lambda x: np.array(x, copy=True), (master, moments))
+    skip, _, skipped = optim.begin_step(1, 0, jnp.float32(np.inf), 0.5)
+    assert int(skipped) == 1
+    old = (master, moments)
+    master, copy, moments = optim.fused_layer_step(master, g, moments, skip, HP, impl="native")
+    assert all(x.is_deleted() for x in jax.tree.leaves(old))  # master and moments donated
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves((master, moments))):
+        np.testing.assert_array_equal(a, np.asarray(b))
+    for m, c in zip(jax.tree.leaves(master), jax.tree.leaves(copy)):
+        np.testing.assert_array_equal(np.asarray(c), np.asarray(m.astype(jnp.bfloat16)))
+
+
+def test_impl_is_validated(monkeypatch):
+    params = {"w": jnp.ones((16, 256))}
+    state = optim.adamw_8bit(LR, min_8bit_size=0).init(params)
+    info, _, _ = optim.begin_step(0, 0, None, None)
+    with pytest.raises(ValueError, match="impl='cuda' is invalid"):
+        optim.fused_layer_step(params, params, optim.layer_moments(state), info, HP, impl="cuda")
+    monkeypatch.setitem(native._state, "ok", False)
+    monkeypatch.setitem(native._state, "reason", "RuntimeError: no C++ compiler")
+    with pytest.raises(ValueError, match="impl='native' is unavailable.*no C\\+\\+ compiler"):
+        optim.fused_layer_step(params, params, optim.layer_moments(state), info, HP,
+                               impl="native")
+    # "auto" falls back to the XLA path
+    out = optim.fused_layer_step(jax.tree.map(jnp.copy, params), params, optim.layer_moments(state),
+                                 info, HP, impl="auto")
+    assert out[0]["w"].shape == (16, 256)
