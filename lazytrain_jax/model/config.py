@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 from typing import Any, Mapping
 
@@ -84,6 +85,15 @@ class ModelConfig:
             raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+        for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "tie_word_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        for name in ("rope_theta", "rms_norm_eps", "initializer_range"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name}={value!r} must be a finite number")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, Mapping):
+            raise ValueError(f"rope_scaling={self.rope_scaling!r} must be None or a dict")
         if not self.rms_norm_eps > 0:
             raise ValueError(f"rms_norm_eps={self.rms_norm_eps!r} must be > 0")
         if not self.rope_theta > 0:
@@ -120,58 +130,53 @@ class ModelConfig:
     @classmethod
     def from_hf_dict(cls, d: Mapping[str, Any], **overrides) -> "ModelConfig":
         """Builds a ModelConfig from a Hugging Face ``config.json`` dict (transformers 4.x or 5.x)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"config.json must be a JSON object; got {type(d).__name__}")
         model_type = d.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"config.json: model_type={model_type!r} is not supported; "
                              f"valid: {list(SUPPORTED_MODEL_TYPES)}")
-        act = d.get("hidden_act", "silu")
+        act = _hf_value(d, "hidden_act", "str", "silu")
         if act not in ("silu", "swish"):
             raise ValueError(f"config.json: hidden_act={act!r} is not supported; valid: ['silu']")
-        if d.get("use_sliding_window"):
+        if _hf_value(d, "use_sliding_window", "bool", False):
             raise ValueError("config.json: use_sliding_window=True is not supported; valid: False")
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
             if key not in d:
                 raise ValueError(f"config.json: required field {key!r} is missing")
-        # transformers 5 keeps theta and scaling in rope_parameters; 4.x in rope_theta/rope_scaling.
-        rope_params = dict(d.get("rope_parameters") or {})
-        rope_theta = float(rope_params.pop("rope_theta", d.get("rope_theta", 10000.0)))
-        rope_scaling = rope_params or d.get("rope_scaling")
-        if rope_scaling is not None:
-            rope_scaling = dict(rope_scaling)
-            rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
-            rope_scaling.pop("type", None)
-            rope_scaling["rope_type"] = rope_type
-            rope_scaling.pop("rope_theta", None)
-            if rope_type == "default":
-                rope_scaling = None
-        num_heads = int(d["num_attention_heads"])
-        head_dim = d.get("head_dim") or d["hidden_size"] // num_heads
-        attention_bias = bool(d.get("attention_bias", False))
+        max_positions = _hf_value(d, "max_position_embeddings", "int", 4096)
+        rope_theta, rope_scaling, partial = read_hf_rope(d, max_positions)
+        if partial != 1.0:
+            raise ValueError(f"config.json: partial_rotary_factor={partial!r} is not supported; valid: 1.0")
+        num_heads = _hf_value(d, "num_attention_heads", "int")
+        head_dim = _hf_value(d, "head_dim", "int", None, none_ok=True) or _hf_value(d, "hidden_size", "int") // num_heads
+        attention_bias = _hf_value(d, "attention_bias", "bool", False)
         known = {"model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                  "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta", "rope_scaling",
                  "rope_parameters", "rms_norm_eps", "attention_bias", "mlp_bias", "tie_word_embeddings",
                  "max_position_embeddings", "initializer_range", "hidden_act", "use_sliding_window",
-                 "layer_types", "torch_dtype", "dtype", "transformers_version", "architectures"}
+                 "layer_types", "torch_dtype", "dtype", "transformers_version", "architectures",
+                 "partial_rotary_factor"}
         extra = {k: v for k, v in d.items() if k not in known}
         kwargs = dict(
             model_type=model_type,
-            vocab_size=int(d["vocab_size"]),
-            hidden_size=int(d["hidden_size"]),
-            intermediate_size=int(d["intermediate_size"]),
-            num_layers=int(d["num_hidden_layers"]),
+            vocab_size=_hf_value(d, "vocab_size", "int"),
+            hidden_size=_hf_value(d, "hidden_size", "int"),
+            intermediate_size=_hf_value(d, "intermediate_size", "int"),
+            num_layers=_hf_value(d, "num_hidden_layers", "int"),
             num_heads=num_heads,
-            num_kv_heads=int(d.get("num_key_value_heads") or num_heads),
-            head_dim=int(head_dim),
+            num_kv_heads=_hf_value(d, "num_key_value_heads", "int", None, none_ok=True) or num_heads,
+            head_dim=head_dim,
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            rms_norm_eps=_hf_value(d, "rms_norm_eps", "float", 1e-6),
             qkv_bias=True if model_type == "qwen2" else attention_bias,
             o_bias=False if model_type == "qwen2" else attention_bias,
-            mlp_bias=bool(d.get("mlp_bias", False)) if model_type == "llama" else False,
+            mlp_bias=_hf_value(d, "mlp_bias", "bool", False) if model_type == "llama" else False,
             qk_norm=model_type == "qwen3",
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            max_position_embeddings=int(d.get("max_position_embeddings", 4096)),
-            initializer_range=float(d.get("initializer_range", 0.02)),
+            tie_word_embeddings=_hf_value(d, "tie_word_embeddings", "bool", False),
+            max_position_embeddings=max_positions,
+            initializer_range=_hf_value(d, "initializer_range", "float", 0.02),
             extra_hf=extra,
         )
         kwargs.update(overrides)
@@ -276,6 +281,82 @@ class ModelConfig:
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
+
+
+_MISSING = object()
+_HF_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def _hf_value(d: Mapping[str, Any], key: str, kind: str, default: Any = _MISSING, *, none_ok: bool = False,
+              where: str = "config.json"):
+    """``d[key]`` checked strictly against a JSON type (no bool as int, no string as bool, no 2.5 as int)."""
+    if key not in d:
+        if default is _MISSING:
+            raise ValueError(f"{where}: required field {key!r} is missing")
+        return default
+    value = d[key]
+    if value is None and none_ok:
+        return default
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool),
+          "float": isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
+          "bool": isinstance(value, bool),
+          "str": isinstance(value, str)}[kind]
+    if not ok:
+        raise ValueError(f"{where}: {key}={value!r} ({type(value).__name__}) must be {_HF_KINDS[kind]}")
+    return float(value) if kind == "float" else value
+
+
+# Keys transformers reads for each supported rope_type (besides rope_type/type and rope_theta).
+_ROPE_KEYS = {"default": {}, "linear": {"factor": "float"},
+              "llama3": {"factor": "float", "low_freq_factor": "float", "high_freq_factor": "float",
+                         "original_max_position_embeddings": "int"}}
+
+
+def read_hf_rope(d: Mapping[str, Any], max_position_embeddings: int) -> tuple[float, dict | None, float]:
+    """RoPE of a Hugging Face config dict, read as transformers (4.x and 5.x) reads it.
+
+    transformers takes ``rope_scaling`` when it is a non-empty dict and ``rope_parameters`` only
+    otherwise; ``rope_theta`` comes from that dict, else from the top level, else 10000; ``rope_type``
+    wins over the legacy ``type``; llama3 defaults ``original_max_position_embeddings`` to
+    ``max_position_embeddings``. Unsupported types and unknown keys are refused.
+
+    Returns:
+      (rope_theta, rope_scaling or None for plain RoPE, partial_rotary_factor).
+
+    Example:
+      >>> read_hf_rope({"rope_theta": 1e6, "rope_scaling": None}, 4096)
+      (1000000.0, None, 1.0)
+    """
+    scaling, params = d.get("rope_scaling"), d.get("rope_parameters")
+    for key, value in (("rope_scaling", scaling), ("rope_parameters", params)):
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"config.json: {key}={value!r} must be an object or null")
+    source = "rope_scaling" if scaling else "rope_parameters"
+    rope = dict(scaling or params or {})
+    where = f"config.json {source}"
+    theta = _hf_value(rope, "rope_theta", "float", None, where=where)
+    if theta is None:
+        theta = _hf_value(d, "rope_theta", "float", 10000.0)
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in _ROPE_KEYS:
+        raise ValueError(f"{where}: rope_type={rope_type!r} is not supported; valid: {list(_ROPE_KEYS)}")
+    partial = _hf_value(rope, "partial_rotary_factor", "float", None, where=where)
+    if partial is None:
+        partial = _hf_value(d, "partial_rotary_factor", "float", 1.0)
+    wanted = _ROPE_KEYS[rope_type]
+    unknown = sorted(set(rope) - set(wanted) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+    if unknown:
+        raise ValueError(f"{where}: key {unknown[0]!r} is not used by rope_type={rope_type!r}; "
+                         f"valid: {sorted(wanted) + ['rope_theta', 'rope_type']}")
+    if rope_type == "llama3":
+        rope.setdefault("original_max_position_embeddings", max_position_embeddings)
+    out = {"rope_type": rope_type}
+    for key, kind in wanted.items():
+        value = _hf_value(rope, key, kind, where=where)
+        if not value > 0:
+            raise ValueError(f"{where}: {key}={value!r} must be > 0")
+        out[key] = value
+    return theta, (None if rope_type == "default" else out), partial
 
 
 def _preset(**kw) -> dict[str, Any]:
