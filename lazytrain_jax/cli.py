@@ -56,7 +56,6 @@ def _model_config(name: str):
 
 def _info(args) -> int:
     cfg = _model_config(args.model)
-def _info(args) -> int:
     print(f"model_type {cfg.model_type}")
     for field in ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim",
                   "vocab_size", "tie_word_embeddings"):
