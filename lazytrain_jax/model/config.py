@@ -17,6 +17,8 @@ import math
 import os
 from typing import Any, Mapping
 
+from lazytrain_jax.model.hf_fields import hf_value, read_hf_rope
+
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 LAYER_KINDS = ("decoder",)
 ROPE_TYPES = ("default", "llama3", "linear")
@@ -136,21 +138,21 @@ class ModelConfig:
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"config.json: model_type={model_type!r} is not supported; "
                              f"valid: {list(SUPPORTED_MODEL_TYPES)}")
-        act = _hf_value(d, "hidden_act", "str", "silu")
+        act = hf_value(d, "hidden_act", "str", "silu")
         if act not in ("silu", "swish"):
             raise ValueError(f"config.json: hidden_act={act!r} is not supported; valid: ['silu']")
-        if _hf_value(d, "use_sliding_window", "bool", False):
+        if hf_value(d, "use_sliding_window", "bool", False):
             raise ValueError("config.json: use_sliding_window=True is not supported; valid: False")
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
             if key not in d:
                 raise ValueError(f"config.json: required field {key!r} is missing")
-        max_positions = _hf_value(d, "max_position_embeddings", "int", 4096)
+        max_positions = hf_value(d, "max_position_embeddings", "int", 4096)
         rope_theta, rope_scaling, partial = read_hf_rope(d, max_positions)
         if partial != 1.0:
             raise ValueError(f"config.json: partial_rotary_factor={partial!r} is not supported; valid: 1.0")
-        num_heads = _hf_value(d, "num_attention_heads", "int")
-        head_dim = _hf_value(d, "head_dim", "int", None, none_ok=True) or _hf_value(d, "hidden_size", "int") // num_heads
-        attention_bias = _hf_value(d, "attention_bias", "bool", False)
+        num_heads = hf_value(d, "num_attention_heads", "int")
+        head_dim = hf_value(d, "head_dim", "int", None, none_ok=True) or hf_value(d, "hidden_size", "int") // num_heads
+        attention_bias = hf_value(d, "attention_bias", "bool", False)
         known = {"model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                  "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta", "rope_scaling",
                  "rope_parameters", "rms_norm_eps", "attention_bias", "mlp_bias", "tie_word_embeddings",
@@ -160,23 +162,23 @@ class ModelConfig:
         extra = {k: v for k, v in d.items() if k not in known}
         kwargs = dict(
             model_type=model_type,
-            vocab_size=_hf_value(d, "vocab_size", "int"),
-            hidden_size=_hf_value(d, "hidden_size", "int"),
-            intermediate_size=_hf_value(d, "intermediate_size", "int"),
-            num_layers=_hf_value(d, "num_hidden_layers", "int"),
+            vocab_size=hf_value(d, "vocab_size", "int"),
+            hidden_size=hf_value(d, "hidden_size", "int"),
+            intermediate_size=hf_value(d, "intermediate_size", "int"),
+            num_layers=hf_value(d, "num_hidden_layers", "int"),
             num_heads=num_heads,
-            num_kv_heads=_hf_value(d, "num_key_value_heads", "int", None, none_ok=True) or num_heads,
+            num_kv_heads=hf_value(d, "num_key_value_heads", "int", None, none_ok=True) or num_heads,
             head_dim=head_dim,
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
-            rms_norm_eps=_hf_value(d, "rms_norm_eps", "float", 1e-6),
+            rms_norm_eps=hf_value(d, "rms_norm_eps", "float", 1e-6),
             qkv_bias=True if model_type == "qwen2" else attention_bias,
             o_bias=False if model_type == "qwen2" else attention_bias,
-            mlp_bias=_hf_value(d, "mlp_bias", "bool", False) if model_type == "llama" else False,
+            mlp_bias=hf_value(d, "mlp_bias", "bool", False) if model_type == "llama" else False,
             qk_norm=model_type == "qwen3",
-            tie_word_embeddings=_hf_value(d, "tie_word_embeddings", "bool", False),
+            tie_word_embeddings=hf_value(d, "tie_word_embeddings", "bool", False),
             max_position_embeddings=max_positions,
-            initializer_range=_hf_value(d, "initializer_range", "float", 0.02),
+            initializer_range=hf_value(d, "initializer_range", "float", 0.02),
             extra_hf=extra,
         )
         kwargs.update(overrides)
@@ -282,81 +284,6 @@ class ModelConfig:
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
 
-
-_MISSING = object()
-_HF_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
-
-
-def _hf_value(d: Mapping[str, Any], key: str, kind: str, default: Any = _MISSING, *, none_ok: bool = False,
-              where: str = "config.json"):
-    """``d[key]`` checked strictly against a JSON type (no bool as int, no string as bool, no 2.5 as int)."""
-    if key not in d:
-        if default is _MISSING:
-            raise ValueError(f"{where}: required field {key!r} is missing")
-        return default
-    value = d[key]
-    if value is None and none_ok:
-        return default
-    ok = {"int": isinstance(value, int) and not isinstance(value, bool),
-          "float": isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
-          "bool": isinstance(value, bool),
-          "str": isinstance(value, str)}[kind]
-    if not ok:
-        raise ValueError(f"{where}: {key}={value!r} ({type(value).__name__}) must be {_HF_KINDS[kind]}")
-    return float(value) if kind == "float" else value
-
-
-# Keys transformers reads for each supported rope_type (besides rope_type/type and rope_theta).
-_ROPE_KEYS = {"default": {}, "linear": {"factor": "float"},
-              "llama3": {"factor": "float", "low_freq_factor": "float", "high_freq_factor": "float",
-                         "original_max_position_embeddings": "int"}}
-
-
-def read_hf_rope(d: Mapping[str, Any], max_position_embeddings: int) -> tuple[float, dict | None, float]:
-    """RoPE of a Hugging Face config dict, read as transformers (4.x and 5.x) reads it.
-
-    transformers takes ``rope_scaling`` when it is a non-empty dict and ``rope_parameters`` only
-    otherwise; ``rope_theta`` comes from that dict, else from the top level, else 10000; ``rope_type``
-    wins over the legacy ``type``; llama3 defaults ``original_max_position_embeddings`` to
-    ``max_position_embeddings``. Unsupported types and unknown keys are refused.
-
-    Returns:
-      (rope_theta, rope_scaling or None for plain RoPE, partial_rotary_factor).
-
-    Example:
-      >>> read_hf_rope({"rope_theta": 1e6, "rope_scaling": None}, 4096)
-      (1000000.0, None, 1.0)
-    """
-    scaling, params = d.get("rope_scaling"), d.get("rope_parameters")
-    for key, value in (("rope_scaling", scaling), ("rope_parameters", params)):
-        if value is not None and not isinstance(value, dict):
-            raise ValueError(f"config.json: {key}={value!r} must be an object or null")
-    source = "rope_scaling" if scaling else "rope_parameters"
-    rope = dict(scaling or params or {})
-    where = f"config.json {source}"
-    theta = _hf_value(rope, "rope_theta", "float", None, where=where)
-    if theta is None:
-        theta = _hf_value(d, "rope_theta", "float", 10000.0)
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in _ROPE_KEYS:
-        raise ValueError(f"{where}: rope_type={rope_type!r} is not supported; valid: {list(_ROPE_KEYS)}")
-    partial = _hf_value(rope, "partial_rotary_factor", "float", None, where=where)
-    if partial is None:
-        partial = _hf_value(d, "partial_rotary_factor", "float", 1.0)
-    wanted = _ROPE_KEYS[rope_type]
-    unknown = sorted(set(rope) - set(wanted) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"})
-    if unknown:
-        raise ValueError(f"{where}: key {unknown[0]!r} is not used by rope_type={rope_type!r}; "
-                         f"valid: {sorted(wanted) + ['rope_theta', 'rope_type']}")
-    if rope_type == "llama3":
-        rope.setdefault("original_max_position_embeddings", max_position_embeddings)
-    out = {"rope_type": rope_type}
-    for key, kind in wanted.items():
-        value = _hf_value(rope, key, kind, where=where)
-        if not value > 0:
-            raise ValueError(f"{where}: {key}={value!r} must be > 0")
-        out[key] = value
-    return theta, (None if rope_type == "default" else out), partial
 
 
 def _preset(**kw) -> dict[str, Any]:

@@ -268,7 +268,11 @@ _JSON_NAMES = {"str": "a string", "bool": "true or false", "int": "an integer", 
 
 def check_json_fields(cls, d: Any, where: str) -> None:
     """Raises ValueError naming the field unless ``d`` is an object whose fields are those of the
-    dataclass ``cls``, each of the JSON type its annotation declares (Hardware may hold +inf)."""
+    dataclass ``cls``, each of the JSON type its annotation declares (Hardware may hold +inf).
+
+    Example:
+      >>> check_json_fields(Hardware, {"device_memory": "24e9"}, "Plan.hardware")   # ValueError
+    """
     if not isinstance(d, Mapping):
         raise ValueError(f"{where} must be a JSON object; got {d!r:.80}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
