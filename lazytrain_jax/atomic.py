@@ -1,4 +1,8 @@
-"""Atomic file writes (pure Python): a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes (pure Python): a reader sees the old file or the new one, never half of one.
+
+Files and directories made here get the permissions a plain ``open``/``mkdir`` would give under
+the user's umask (``tempfile`` alone would make them private: 0600 files, 0700 directories).
+"""
 
 from __future__ import annotations
 
@@ -7,21 +11,61 @@ import os
 import tempfile
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike):
-    """Yields a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.
+def current_umask() -> int:
+    """The process umask (read from /proc where available, so no other thread sees it change)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def make_temp_dir(parent: str, name: str) -> str:
+    """A new empty directory ``parent/.name.tmp-XXXX`` with the umask's permissions (not 0700)."""
+    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+    os.chmod(tmp, 0o777 & ~current_umask())
+    return tmp
+
+
+def check_writable_file_path(path: str | os.PathLike) -> str:
+    """Raises (naming the path) unless ``path`` can be written as a file: its directory exists and
+    it is not itself a directory. Returns the path as a string.
 
     Example:
-      >>> with atomic_path("plan.json") as tmp:
-      ...     open(tmp, "w").write(text)
+      >>> check_writable_file_path("out/plan.json")   # before an expensive computation
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise NotADirectoryError(f"cannot write {path}: {directory} is not a directory")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path}: it is a directory; give a file name")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write {path}: no write permission in {directory}")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yields a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.
+
+    The file gets the permissions of a plain ``open(path, "w")`` under the current umask.
+
+    Example:
+      >>> with atomic_path("plan.json") as tmp:
+      ...     open(tmp, "w").write(text)
+    """
+    path = check_writable_file_path(path)
+    directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=directory)
     os.close(fd)
     try:
+        os.chmod(tmp, 0o666 & ~current_umask())
         yield tmp
         os.replace(tmp, path)
     except BaseException:

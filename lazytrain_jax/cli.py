@@ -10,6 +10,8 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 import sys
 
@@ -35,13 +37,25 @@ def _demo(args) -> int:
     return 0
 
 
-def _info(args) -> int:
-    from lazytrain_jax.model.config import ModelConfig, get_preset
+def _model_config(name: str):
+    """A ModelConfig from a preset name or a checkpoint directory (a missing path is named as such)."""
+    from lazytrain_jax.model.config import PRESETS, ModelConfig, get_preset
 
-    if os.path.isdir(args.model):
-        cfg = ModelConfig.from_json_file(os.path.join(args.model, "config.json"))
-    else:
-        cfg = get_preset(args.model)
+    if os.path.isdir(name):
+        return ModelConfig.from_json_file(os.path.join(name, "config.json"))
+    if name in PRESETS:
+        return get_preset(name)
+    if os.path.lexists(name):
+        raise ValueError(f"model {name!r} is a file; give a preset name or a checkpoint directory "
+                         f"(with config.json)")
+    if os.sep in name or name.startswith((".", "~")) or (os.altsep and os.altsep in name):
+        raise FileNotFoundError(f"checkpoint directory not found: {name!r} (give a preset name or an existing "
+                                f"directory with config.json; presets: {sorted(PRESETS)})")
+    return get_preset(name)  # raises: unknown preset, with suggestions
+
+
+def _info(args) -> int:
+    cfg = _model_config(args.model)
     print(f"model_type {cfg.model_type}")
     for field in ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim",
                   "vocab_size", "tie_word_embeddings"):
@@ -69,24 +83,90 @@ def _hardware_overrides(pairs: list[str]) -> dict:
         if not sep:
             raise ValueError(f"--set {pair!r}: expected FIELD=NUMBER, e.g. --set h2d_bw=12e9")
         try:
-            out[key] = float(value)
+            number = float(value)
         except ValueError:
             raise ValueError(f"--set {pair!r}: {value!r} is not a number") from None
+        if not math.isfinite(number):
+            raise ValueError(f"--set {pair!r}: {key} must be a finite number, e.g. --set {key}=24e9")
+        out[key] = number
     return out
 
 
+def _number(flag: str, low: float, high: float | None, low_open: bool):
+    """An argparse type: a finite float in [low, high) (or (low, high) when ``low_open``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag}={text!r} is not a number") from None
+        ok = math.isfinite(value) and (value > low if low_open else value >= low) and (high is None or value < high)
+        if not ok:
+            valid = f"{'(' if low_open else '['}{low:g}, {'inf' if high is None else f'{high:g}'})"
+            raise argparse.ArgumentTypeError(f"{flag}={text} must be a number in {valid}")
+        return value
+    return parse
+
+
+def _int_at_least(flag: str, low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag}={text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{flag}={value} must be an integer >= {low}")
+        return value
+    return parse
+
+
+GIB = 2**30
+# Hybrid 8-bit Adam (lt.optim defaults): 8-bit m and v with one fp32 scale each per 256-element
+# block for weight matrices; fp32 m and v for embeddings, the LM head, norms and biases.
+ADAM_8BIT_BYTES = 2 + 2 * 4 / 256
+ADAM_FP32_BYTES = 8
+
+
+def host_footprint(plan, config) -> dict[str, float]:
+    """Host bytes of a training step under ``plan`` (an estimate of what the executor holds):
+    fp32 master weights, Adam state (hybrid 8-bit policy), the bf16 copy streamed to the device,
+    gradients until the update (fp32 when accumulated over micro-batches) and offloaded activations.
+
+    Example:
+      >>> host_footprint(plan, get_preset("qwen2.5-7b"))["total"]
+    """
+    h, i = config.hidden_size, config.intermediate_size
+    q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    matrices = sum(h * (q + 2 * kv) + q * h + 3 * h * i for _ in config.layer_kinds)
+    total = config.num_params()
+    vectors = total - matrices  # embeddings, LM head, norms, biases
+    grads = 4.0 * total if plan.num_micro_batches > 1 else float(sum(plan.costs.grad_bytes))
+    parts = {"fp32 master weights": 4.0 * total,
+             "Adam state (8-bit hybrid)": ADAM_8BIT_BYTES * matrices + ADAM_FP32_BYTES * vectors,
+             "bf16 streaming copy": 2.0 * total,
+             "gradients": grads,
+             "offloaded activations": float(plan.predicted_peak_host_bytes)}
+    parts["total"] = sum(parts.values())
+    return parts
+
+
 def _plan(args) -> int:
-    from lazytrain_jax.model.config import ModelConfig
+    from lazytrain_jax.atomic import check_writable_file_path
     from lazytrain_jax.schedule.api import plan
     from lazytrain_jax.schedule.hardware import Hardware
 
-    model = args.model
-    if os.path.isdir(model):
-        model = ModelConfig.from_json_file(os.path.join(model, "config.json"))
+    if args.out:
+        check_writable_file_path(args.out)  # before solving, not after
+    config = _model_config(args.model)
+    label = os.path.basename(os.path.normpath(args.model)) if os.path.isdir(args.model) else args.model
     hardware = Hardware.preset(args.hardware, **_hardware_overrides(args.set))
-    result = plan(model, hardware, batch_size=args.batch_size, seq_len=args.seq_len, rel_gap=args.rel_gap,
+    result = plan(config, hardware, batch_size=args.batch_size, seq_len=args.seq_len, rel_gap=args.rel_gap,
                   time_limit_s=args.time_limit)
+    result = result.replace(costs=dataclasses.replace(result.costs, model_name=label))
     print(result.explain())
+    host = host_footprint(result, config)
+    print(f"host (estimate) {host.pop('total') / GIB:.2f} GiB = "
+          + " + ".join(f"{name} {value / GIB:.2f}" for name, value in host.items())
+          + f"; available for activations: {hardware.host_memory / GIB:.2f} GiB")
     if args.out:
         result.save(args.out)
         print(f"plan saved to {args.out}")
@@ -96,30 +176,35 @@ def _plan(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from lazytrain_jax import __version__
 
-    parser = argparse.ArgumentParser(prog="lazytrain", description=__doc__.split("\n\n")[0])
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(prog="lazytrain", description=__doc__.split("\n\n")[0], formatter_class=fmt)
     parser.add_argument("--version", action="version", version=f"lazytrain_jax {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{demo,info,plan,version}")
-    demo = sub.add_parser("demo", help="random debug model: parameter count and one loss")
-    demo.add_argument("--preset", default="qwen3-debug")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--batch-size", type=int, default=2)
-    demo.add_argument("--seq-len", type=int, default=32)
+    demo = sub.add_parser("demo", help="random debug model: parameter count and one loss", formatter_class=fmt)
+    demo.add_argument("--preset", default="qwen3-debug", help="model preset (lt.PRESETS)")
+    demo.add_argument("--seed", type=_int_at_least("--seed", 0), default=0, help="random seed (>= 0)")
+    demo.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=2, help="sequences")
+    demo.add_argument("--seq-len", type=_int_at_least("--seq-len", 2), default=32, help="tokens per sequence")
     demo.set_defaults(func=_demo)
-    info = sub.add_parser("info", help="shape and parameter count of a preset or checkpoint directory")
+    info = sub.add_parser("info", help="shape and parameter count of a preset or checkpoint directory",
+                          formatter_class=fmt)
     info.add_argument("model", help="preset name or Hugging Face checkpoint directory")
     info.set_defaults(func=_info)
-    plan = sub.add_parser("plan", help="plan a step (MILP) for a model on a hardware preset")
+    plan = sub.add_parser("plan", help="plan a step (MILP) for a model on a hardware preset", formatter_class=fmt)
     plan.add_argument("model", help="preset name or Hugging Face checkpoint directory")
     plan.add_argument("--hardware", default="rtx3090", help="hardware preset (rtx3090, h800, ...)")
     plan.add_argument("--set", action="append", default=[], metavar="FIELD=NUMBER",
                       help="override a hardware field, e.g. --set h2d_bw=12e9 (repeatable)")
-    plan.add_argument("--batch-size", type=_batch_size, default="max", help="integer, 'max' or 'best'")
-    plan.add_argument("--seq-len", type=int, default=1024)
-    plan.add_argument("--rel-gap", type=float, default=1e-2)
-    plan.add_argument("--time-limit", type=float, default=30.0, help="CBC seconds per MILP")
-    plan.add_argument("--out", help="save the plan as JSON (atomically)")
+    plan.add_argument("--batch-size", type=_batch_size, default="max",
+                      help="sequences per step: an integer, 'max' (largest that fits) or 'best' (most tokens/s)")
+    plan.add_argument("--seq-len", type=_int_at_least("--seq-len", 1), default=1024, help="tokens per sequence")
+    plan.add_argument("--rel-gap", type=_number("--rel-gap", 0.0, 1.0, False), default=1e-2,
+                      help="relative optimality gap at which the solver stops, in [0, 1)")
+    plan.add_argument("--time-limit", type=_number("--time-limit", 0.0, None, True), default=30.0,
+                      help="CBC seconds per MILP (> 0)")
+    plan.add_argument("--out", default=None, help="save the plan as JSON (atomically); checked before solving")
     plan.set_defaults(func=_plan)
-    version = sub.add_parser("version", help="print the version")
+    version = sub.add_parser("version", help="print the version", formatter_class=fmt)
     version.set_defaults(func=lambda a: print(f"lazytrain_jax {__version__}") or 0)
     return parser
 
@@ -130,12 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    for name in ("batch_size", "seq_len"):
-        if isinstance(getattr(args, name, None), int) and getattr(args, name) <= 0:
-            parser.error(f"--{name.replace('_', '-')}={getattr(args, name)} must be a positive integer")
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         print(f"lazytrain: error: {e}", file=sys.stderr)
         return 1
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 from typing import Any, Mapping
+
+from lazytrain_jax.model.hf_fields import hf_value, read_hf_rope
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 LAYER_KINDS = ("decoder",)
@@ -84,6 +87,15 @@ class ModelConfig:
             raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+        for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "tie_word_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        for name in ("rope_theta", "rms_norm_eps", "initializer_range"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name}={value!r} must be a finite number")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, Mapping):
+            raise ValueError(f"rope_scaling={self.rope_scaling!r} must be None or a dict")
         if not self.rms_norm_eps > 0:
             raise ValueError(f"rms_norm_eps={self.rms_norm_eps!r} must be > 0")
         if not self.rope_theta > 0:
@@ -120,58 +132,53 @@ class ModelConfig:
     @classmethod
     def from_hf_dict(cls, d: Mapping[str, Any], **overrides) -> "ModelConfig":
         """Builds a ModelConfig from a Hugging Face ``config.json`` dict (transformers 4.x or 5.x)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"config.json must be a JSON object; got {type(d).__name__}")
         model_type = d.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"config.json: model_type={model_type!r} is not supported; "
                              f"valid: {list(SUPPORTED_MODEL_TYPES)}")
-        act = d.get("hidden_act", "silu")
+        act = hf_value(d, "hidden_act", "str", "silu")
         if act not in ("silu", "swish"):
             raise ValueError(f"config.json: hidden_act={act!r} is not supported; valid: ['silu']")
-        if d.get("use_sliding_window"):
+        if hf_value(d, "use_sliding_window", "bool", False):
             raise ValueError("config.json: use_sliding_window=True is not supported; valid: False")
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
             if key not in d:
                 raise ValueError(f"config.json: required field {key!r} is missing")
-        # transformers 5 keeps theta and scaling in rope_parameters; 4.x in rope_theta/rope_scaling.
-        rope_params = dict(d.get("rope_parameters") or {})
-        rope_theta = float(rope_params.pop("rope_theta", d.get("rope_theta", 10000.0)))
-        rope_scaling = rope_params or d.get("rope_scaling")
-        if rope_scaling is not None:
-            rope_scaling = dict(rope_scaling)
-            rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
-            rope_scaling.pop("type", None)
-            rope_scaling["rope_type"] = rope_type
-            rope_scaling.pop("rope_theta", None)
-            if rope_type == "default":
-                rope_scaling = None
-        num_heads = int(d["num_attention_heads"])
-        head_dim = d.get("head_dim") or d["hidden_size"] // num_heads
-        attention_bias = bool(d.get("attention_bias", False))
+        max_positions = hf_value(d, "max_position_embeddings", "int", 4096)
+        rope_theta, rope_scaling, partial = read_hf_rope(d, max_positions)
+        if partial != 1.0:
+            raise ValueError(f"config.json: partial_rotary_factor={partial!r} is not supported; valid: 1.0")
+        num_heads = hf_value(d, "num_attention_heads", "int")
+        head_dim = hf_value(d, "head_dim", "int", None, none_ok=True) or hf_value(d, "hidden_size", "int") // num_heads
+        attention_bias = hf_value(d, "attention_bias", "bool", False)
         known = {"model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                  "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta", "rope_scaling",
                  "rope_parameters", "rms_norm_eps", "attention_bias", "mlp_bias", "tie_word_embeddings",
                  "max_position_embeddings", "initializer_range", "hidden_act", "use_sliding_window",
-                 "layer_types", "torch_dtype", "dtype", "transformers_version", "architectures"}
+                 "layer_types", "torch_dtype", "dtype", "transformers_version", "architectures",
+                 "partial_rotary_factor"}
         extra = {k: v for k, v in d.items() if k not in known}
         kwargs = dict(
             model_type=model_type,
-            vocab_size=int(d["vocab_size"]),
-            hidden_size=int(d["hidden_size"]),
-            intermediate_size=int(d["intermediate_size"]),
-            num_layers=int(d["num_hidden_layers"]),
+            vocab_size=hf_value(d, "vocab_size", "int"),
+            hidden_size=hf_value(d, "hidden_size", "int"),
+            intermediate_size=hf_value(d, "intermediate_size", "int"),
+            num_layers=hf_value(d, "num_hidden_layers", "int"),
             num_heads=num_heads,
-            num_kv_heads=int(d.get("num_key_value_heads") or num_heads),
-            head_dim=int(head_dim),
+            num_kv_heads=hf_value(d, "num_key_value_heads", "int", None, none_ok=True) or num_heads,
+            head_dim=head_dim,
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            rms_norm_eps=hf_value(d, "rms_norm_eps", "float", 1e-6),
             qkv_bias=True if model_type == "qwen2" else attention_bias,
             o_bias=False if model_type == "qwen2" else attention_bias,
-            mlp_bias=bool(d.get("mlp_bias", False)) if model_type == "llama" else False,
+            mlp_bias=hf_value(d, "mlp_bias", "bool", False) if model_type == "llama" else False,
             qk_norm=model_type == "qwen3",
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            max_position_embeddings=int(d.get("max_position_embeddings", 4096)),
-            initializer_range=float(d.get("initializer_range", 0.02)),
+            tie_word_embeddings=hf_value(d, "tie_word_embeddings", "bool", False),
+            max_position_embeddings=max_positions,
+            initializer_range=hf_value(d, "initializer_range", "float", 0.02),
             extra_hf=extra,
         )
         kwargs.update(overrides)
@@ -276,6 +283,7 @@ class ModelConfig:
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
+
 
 
 def _preset(**kw) -> dict[str, Any]:

@@ -7,18 +7,19 @@ head ``lm_head`` -> ``lm_head``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
-import tempfile
+import warnings
 from typing import Any, Iterator
 
 import jax
 import numpy as np
 
+from lazytrain_jax.atomic import make_temp_dir
 from lazytrain_jax.model.config import ModelConfig
 from lazytrain_jax.model.container import Model, numpy_dtype
-from lazytrain_jax.model.safetensors_io import CheckpointError, read_header, read_tensors, write_file
+from lazytrain_jax.model.safetensors_io import DTYPE_NAMES, CheckpointError, read_header, read_tensors, write_file
 from lazytrain_jax.model.units import get_units
 
 SINGLE_FILE = "model.safetensors"
@@ -82,11 +83,17 @@ def _weight_files(path: str) -> dict[str, list[str]]:
     if os.path.isfile(index):
         try:
             with open(index) as f:
-                weight_map = json.load(f)["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{index}: not a valid safetensors index ({e!r})") from None
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"{index}: not a valid safetensors index ({e})") from None
+        weight_map = d.get("weight_map") if isinstance(d, dict) else None
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: a safetensors index must be a JSON object with a 'weight_map' object "
+                                  f"(tensor name -> file name); got weight_map={weight_map!r:.100}")
         files: dict[str, list[str]] = {}
         for name, file in weight_map.items():
+            if not isinstance(file, str) or not file or os.path.basename(file) != file or file in (".", ".."):
+                raise CheckpointError(f"{index}: weight_map[{name!r}]={file!r} must be the name of a file in {path}")
             files.setdefault(os.path.join(path, file), []).append(name)
         return files
     single = os.path.join(path, SINGLE_FILE)
@@ -135,6 +142,9 @@ def load_model(path: str | os.PathLike, dtype: str | None = None, strict: bool =
                 if not (tied_head or name.endswith(IGNORED_SUFFIXES)):
                     unexpected.append(name)
                 continue
+            if info.dtype.kind != "f" and info.dtype.name != "bfloat16":
+                raise CheckpointError(f"{file}: tensor {name!r} has dtype {DTYPE_NAMES[info.dtype]}; a weight must be "
+                                      f"a float tensor (F32, BF16, F16 or F64)")
             want = tuple(expected[name][1])
             if info.shape != want:
                 raise CheckpointError(f"{file}: tensor {name!r} has shape {info.shape}, expected {want} "
@@ -168,35 +178,104 @@ def _shards(named: list[tuple[str, np.ndarray]], max_shard_bytes: int | None) ->
     return shards + [current] if current else shards
 
 
-def _is_weights_file(name: str) -> bool:
-    return name == "config.json" or (name.startswith("model") and ".safetensors" in name)
+# What save_hf will replace: a directory holding only these regular files (our own checkpoints,
+# plus the generation config transformers writes beside them). Anything else is refused.
+CHECKPOINT_NAMES = ("config.json", "generation_config.json", INDEX_FILE)
+CHECKPOINT_SUFFIX = ".safetensors"
 
 
-def _carry_other_files(old_dir: str, new_dir: str) -> None:
-    """Keeps what else lives in a checkpoint directory being replaced (tokenizer, generation config)."""
-    for name in os.listdir(old_dir):
-        if _is_weights_file(name) or os.path.exists(os.path.join(new_dir, name)):
-            continue
-        src, dst = os.path.join(old_dir, name), os.path.join(new_dir, name)
-        if os.path.isdir(src):
-            shutil.copytree(src, dst, symlinks=True)
-        else:
-            shutil.copy2(src, dst, follow_symlinks=False)
+class SaveTargetError(FileExistsError, ValueError):
+    """``save_hf`` refuses a target: it exists and is not a directory it may replace."""
+
+
+def _is_checkpoint_file(directory: str, name: str) -> bool:
+    full = os.path.join(directory, name)
+    return ((name in CHECKPOINT_NAMES or name.endswith(CHECKPOINT_SUFFIX))
+            and not os.path.islink(full) and os.path.isfile(full))
+
+
+def _replaceable_names(path: str) -> list[str]:
+    """The files of an existing target that save_hf may delete; raises unless all are checkpoint files."""
+    if os.path.islink(path):
+        raise SaveTargetError(f"save_hf: refusing to write {path}: it is a symbolic link (save_hf never "
+                              f"follows links); give the real directory or a new path")
+    if not os.path.isdir(path):
+        raise SaveTargetError(f"save_hf: cannot write {path}: it exists and is not a directory")
+    real, cwd = os.path.realpath(path), os.path.realpath(os.getcwd())
+    if cwd == real or cwd.startswith(real.rstrip(os.sep) + os.sep):
+        raise SaveTargetError(f"save_hf: refusing to replace {path}: it is (or contains) the current working "
+                              f"directory {cwd}; give a new directory")
+    names = sorted(os.listdir(path))
+    foreign = [n for n in names if not _is_checkpoint_file(path, n)]
+    if foreign:
+        raise SaveTargetError(
+            f"save_hf: refusing to replace {path}: it holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} "
+            f"that are not checkpoint files: {foreign[:10]}. save_hf writes a new directory, or replaces one "
+            f"holding only regular files named {list(CHECKPOINT_NAMES)} or *{CHECKPOINT_SUFFIX}; give a new path")
+    if names and "config.json" not in names:
+        raise SaveTargetError(f"save_hf: refusing to replace {path}: it has files {names[:10]} but no config.json, "
+                              f"so it is not a checkpoint; give a new path")
+    return names
+
+
+def _model_dtype(model: Model) -> np.dtype:
+    """The params' common floating dtype (the config's when they differ)."""
+    dtypes = {np.dtype(getattr(leaf, "dtype", np.float32)) for leaf in jax.tree.leaves(model.params)}
+    if len(dtypes) == 1:
+        (only,) = dtypes
+        if only.name in ("float32", "bfloat16", "float16"):
+            return numpy_dtype(only.name)
+    return numpy_dtype(model.config.dtype)
+
+
+def _swap_in(tmp: str, path: str) -> None:
+    """Moves the finished ``tmp`` directory to ``path``; an existing checkpoint there is moved aside
+    by rename and its files deleted one by one (never a tree copy or a recursive delete)."""
+    if not os.path.lexists(path):
+        os.rename(tmp, path)
+        return
+    names = _replaceable_names(path)  # again: the directory may have changed while we wrote
+    old = tmp + ".old"
+    os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(old, name))
+    try:
+        os.rmdir(old)
+    except OSError:
+        left = sorted(os.listdir(old)) if os.path.isdir(old) else []
+        warnings.warn(f"save_hf: the previous checkpoint of {path} was moved to {old}, which gained files while "
+                      f"saving ({left[:10]}); it was left in place", RuntimeWarning, stacklevel=3)
 
 
 def save_hf(model: Model, path: str | os.PathLike, dtype: str | None = None,
             max_shard_bytes: int | None = None) -> None:
     """Writes ``config.json`` + safetensors that ``transformers.AutoModelForCausalLM.from_pretrained`` loads.
 
-    The directory is written to a temporary sibling and renamed into place, so a failure leaves
-    neither a partial checkpoint nor a damaged previous one.
+    ``path`` is a new directory, an empty one, or a checkpoint this function may replace: a real
+    directory (not a symbolic link, not the working directory) holding only regular files named
+    ``config.json``, ``generation_config.json``, ``model.safetensors.index.json`` or
+    ``*.safetensors``. Anything else (a tokenizer beside the weights, a project folder, ``/``) is
+    refused with ``SaveTargetError`` and left untouched. The new checkpoint is written into a
+    temporary sibling directory and renamed into place; the old one is renamed aside and its files
+    deleted. A failure leaves neither a partial checkpoint nor a damaged previous one. Files and
+    directories get the permissions of the user's umask.
 
     Args:
       model: the Model to save.
-      path: output directory (created; the weights and config.json of an existing checkpoint there
-        are replaced, its other files such as the tokenizer are kept).
-      dtype: tensor dtype in the files (default: the model's).
+      path: output directory.
+      dtype: tensor dtype in the files (``float32`` | ``bfloat16`` | ``float16``; default: the
+        model's, i.e. the parameters' dtype).
       max_shard_bytes: split into ``model-0000k-of-0000n.safetensors`` shards plus an index.
+
+    Raises:
+      SaveTargetError: (a ValueError and a FileExistsError) the target may not be replaced.
+      NotADirectoryError: the parent directory does not exist.
 
     Example:
       >>> save_hf(model, "out/step_1000", dtype="bfloat16")
@@ -205,14 +284,17 @@ def save_hf(model: Model, path: str | os.PathLike, dtype: str | None = None,
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
         raise NotADirectoryError(f"save_hf: cannot write {path}: parent {parent} is not a directory")
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise FileExistsError(f"save_hf: cannot write {path}: it exists and is not a directory")
+    if os.path.lexists(path):
+        _replaceable_names(path)
+    if max_shard_bytes is not None and (isinstance(max_shard_bytes, bool) or not isinstance(max_shard_bytes, int)
+                                        or max_shard_bytes <= 0):
+        raise ValueError(f"save_hf: max_shard_bytes={max_shard_bytes!r} must be a positive integer or None")
     cfg = model.config
-    out_dtype = numpy_dtype(dtype or cfg.dtype)
+    out_dtype = numpy_dtype(dtype) if dtype is not None else _model_dtype(model)
     named = [(n, np.asarray(a).astype(out_dtype, copy=False)) for n, a in to_hf_state_dict(cfg, model.params).items()]
     config_json = cfg.replace(dtype=out_dtype.name).to_hf_dict()
     try:
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+        tmp = make_temp_dir(parent, os.path.basename(path))
     except OSError as e:
         raise PermissionError(f"save_hf: cannot write into {parent}: {e}") from None
     try:
@@ -230,14 +312,12 @@ def save_hf(model: Model, path: str | os.PathLike, dtype: str | None = None,
             total = sum(a.nbytes for _, a in named)
             with open(os.path.join(tmp, INDEX_FILE), "w") as f:
                 json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
-        if os.path.exists(path):
-            _carry_other_files(path, tmp)
-            old = path + ".old-" + os.path.basename(tmp)
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
+        _swap_in(tmp, path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.isdir(tmp):
+            for name in os.listdir(tmp):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(tmp, name))
+            with contextlib.suppress(OSError):
+                os.rmdir(tmp)
         raise

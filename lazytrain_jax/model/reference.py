@@ -6,11 +6,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from lazytrain_jax.model import batch as batch_checks
+from lazytrain_jax.model.batch import BATCH_KEYS
 from lazytrain_jax.model.config import ModelConfig
 from lazytrain_jax.model.units import default_positions, get_units
-
-BATCH_KEYS = ("input_ids", "attention_mask", "labels")
 
 
 def _hidden(cfg: ModelConfig, params, input_ids_BxS, attention_mask_BxS, positions_BxS):
@@ -45,9 +46,8 @@ def _loss_and_grad_fn(cfg: ModelConfig):
     return jax.jit(jax.value_and_grad(loss_fn))
 
 
-def _check_ids(name, value, ndim=2):
-    if getattr(value, "ndim", None) != ndim:
-        raise ValueError(f"{name} must be a [batch, seq] integer array; got shape {getattr(value, 'shape', None)}")
+def _traced(*values) -> bool:
+    return any(isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(values))
 
 
 def forward(model, input_ids, attention_mask=None, position_ids=None):
@@ -55,34 +55,28 @@ def forward(model, input_ids, attention_mask=None, position_ids=None):
 
     Args:
       model: a ``Model``.
-      input_ids: int array ``[B, S]``.
+      input_ids: int array ``[B, S]``, ids in ``[0, vocab_size)`` (checked on the host).
       attention_mask: ``[B, S]``, 1 for tokens and 0 for padding (default: all ones).
+        Concrete inputs are validated (``model/batch.py``); traced ones are not.
       position_ids: ``[B, S]`` (default ``arange(S)`` per row, as transformers' forward does).
 
     Example:
       >>> logits = forward(model, np.array([[1, 2, 3]]))
     """
-    _check_ids("input_ids", input_ids)
-    input_ids = jnp.asarray(input_ids, jnp.int32)
-    mask = jnp.ones_like(input_ids) if attention_mask is None else jnp.asarray(attention_mask, jnp.int32)
-    if mask.shape != input_ids.shape:
-        raise ValueError(f"attention_mask shape {mask.shape} must equal input_ids shape {input_ids.shape}")
+    if _traced(input_ids, attention_mask):  # inside a trace: shapes only (values are not known)
+        input_ids = jnp.asarray(input_ids, jnp.int32)
+        mask = jnp.ones_like(input_ids) if attention_mask is None else jnp.asarray(attention_mask, jnp.int32)
+    else:
+        input_ids = batch_checks.check_token_ids("input_ids", input_ids, model.config.vocab_size)
+        mask = (np.ones_like(input_ids) if attention_mask is None
+                else batch_checks.check_attention_mask(attention_mask, input_ids.shape))
+    if mask.shape != input_ids.shape or input_ids.ndim != 2:
+        raise ValueError(f"input_ids shape {input_ids.shape} must be [batch, seq] and attention_mask shape "
+                         f"{mask.shape} must equal it")
+    if position_ids is not None and np.shape(position_ids) != input_ids.shape:
+        raise ValueError(f"position_ids shape {np.shape(position_ids)} must equal input_ids shape {input_ids.shape}")
     positions = default_positions(input_ids) if position_ids is None else jnp.asarray(position_ids, jnp.int32)
     return _forward_fn(model.config)(model.params, input_ids, mask, positions)
-
-
-def validate_batch(batch) -> dict:
-    """Checks a batch dict (``input_ids``, ``attention_mask``, ``labels``, all [B, S]); returns int32 arrays."""
-    missing = [k for k in BATCH_KEYS if k not in batch]
-    if missing:
-        raise ValueError(f"batch is missing {missing}; a batch has keys {list(BATCH_KEYS)}")
-    out = {k: jnp.asarray(batch[k], jnp.int32) for k in BATCH_KEYS}
-    shape = out["input_ids"].shape
-    for k in BATCH_KEYS:
-        if out[k].ndim != 2 or out[k].shape != shape:
-            raise ValueError(f"batch[{k!r}] has shape {out[k].shape}; all of {list(BATCH_KEYS)} must be [B, S] "
-                             f"like input_ids {shape}")
-    return out
 
 
 def loss_and_grad(model, batch):
@@ -91,7 +85,9 @@ def loss_and_grad(model, batch):
     Args:
       model: a ``Model``.
       batch: dict of ``input_ids``, ``attention_mask``, ``labels`` ([B, S]); labels aligned with the
-        inputs (shifted inside), -100 where no loss.
+        inputs (shifted inside), -100 where no loss. Concrete batches are validated on the host
+        (``model.batch.validate_batch``: ids, labels, mask, at least one counted token); traced
+        batches are not.
 
     Returns:
       (loss, grads): grads has the structure of ``model.params``.
@@ -99,4 +95,8 @@ def loss_and_grad(model, batch):
     Example:
       >>> loss, grads = loss_and_grad(model, {"input_ids": ids, "attention_mask": m, "labels": ids})
     """
-    return _loss_and_grad_fn(model.config)(model.params, validate_batch(batch))
+    if _traced(batch):  # inside a trace: the values cannot be checked here
+        batch = {k: jnp.asarray(batch[k], jnp.int32) for k in BATCH_KEYS}
+    else:
+        batch = batch_checks.validate_batch(batch, model.config.vocab_size)
+    return _loss_and_grad_fn(model.config)(model.params, batch)

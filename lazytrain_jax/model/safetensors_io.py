@@ -9,6 +9,7 @@ naming the file and the tensor.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from typing import Iterable, Iterator
@@ -36,8 +37,57 @@ class TensorInfo:
         self.name, self.dtype, self.shape, self.start, self.end = name, dtype, shape, start, end
 
 
+def _no_duplicates(pairs):
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise ValueError(f"duplicate key {dup[0]!r}")
+    return dict(pairs)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_entry(path: str, name, meta) -> TensorInfo:
+    """One header entry, validated as the safetensors format specifies."""
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{where}: header entry must be an object with dtype, shape, data_offsets; "
+                              f"got {type(meta).__name__}")
+    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in meta]
+    unknown = sorted(set(meta) - {"dtype", "shape", "data_offsets"})
+    if missing or unknown:
+        raise CheckpointError(f"{where}: header entry has keys {sorted(meta)}; required exactly "
+                              f"['data_offsets', 'dtype', 'shape']")
+    dtype = DTYPES.get(meta["dtype"]) if isinstance(meta["dtype"], str) else None
+    if dtype is None:
+        raise CheckpointError(f"{where} has unsupported dtype {meta['dtype']!r}; valid: {sorted(DTYPES)}")
+    shape = meta["shape"]
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise CheckpointError(f"{where}: shape={shape!r} must be a list of non-negative integers")
+    offsets = meta["data_offsets"]
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(x) and x >= 0 for x in offsets)
+            and offsets[0] <= offsets[1]):
+        raise CheckpointError(f"{where}: data_offsets={offsets!r} must be [begin, end] with 0 <= begin <= end")
+    start, end = offsets
+    shape = tuple(shape)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if end - start != nbytes:
+        raise CheckpointError(f"{where} has {end - start} bytes for shape {shape} {meta['dtype']} "
+                              f"(needs {nbytes})")
+    return TensorInfo(name, dtype, shape, start, end)
+
+
 def read_header(path: str) -> tuple[int, dict[str, TensorInfo], dict]:
-    """Parses and validates a safetensors header. Returns (data offset, tensors by name, metadata)."""
+    """Parses and validates a safetensors header. Returns (data offset, tensors by name, metadata).
+
+    Checks what the format specifies: a JSON object starting with ``{``; optional string-to-string
+    ``__metadata__``; per tensor exactly ``dtype``, ``shape`` (non-negative integers) and
+    ``data_offsets`` ([begin, end], end - begin = the tensor's bytes); the tensors' byte ranges
+    tile the data buffer exactly (no overlap, no hole, nothing after the last). Any violation
+    raises ``CheckpointError`` naming the file and the tensor.
+    """
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
@@ -48,25 +98,36 @@ def read_header(path: str) -> tuple[int, dict[str, TensorInfo], dict]:
             if n > MAX_HEADER_BYTES or 8 + n > size:
                 raise CheckpointError(f"{path}: truncated or corrupt safetensors header "
                                       f"(header length {n}, file size {size})")
-            header = json.loads(f.read(n))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            text = f.read(n)
+        if not text.startswith(b"{"):
+            raise CheckpointError(f"{path}: safetensors header must be a JSON object starting with '{{'")
+        header = json.loads(text, object_pairs_hook=_no_duplicates)
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        if isinstance(e, CheckpointError):
+            raise
         raise CheckpointError(f"{path}: cannot read safetensors header ({e})") from None
-    metadata = header.pop("__metadata__", {}) or {}
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: safetensors header must be a JSON object; got {type(header).__name__}")
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CheckpointError(f"{path}: __metadata__ must be an object of strings; got {metadata!r:.200}")
     data_start = 8 + n
-    tensors = {}
-    for name, meta in header.items():
-        dtype = DTYPES.get(meta.get("dtype"))
-        if dtype is None:
-            raise CheckpointError(f"{path}: tensor {name!r} has unsupported dtype {meta.get('dtype')!r}; "
-                                  f"valid: {sorted(DTYPES)}")
-        shape = tuple(int(d) for d in meta["shape"])
-        start, end = (int(x) for x in meta["data_offsets"])
-        if end - start != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
-            raise CheckpointError(f"{path}: tensor {name!r} has {end - start} bytes for shape {shape} {meta['dtype']}")
-        if data_start + end > size:
-            raise CheckpointError(f"{path}: truncated safetensors file: tensor {name!r} needs bytes up to "
-                                  f"{data_start + end}, file has {size}")
-        tensors[name] = TensorInfo(name, dtype, shape, start, end)
+    tensors = {name: _parse_entry(path, name, meta) for name, meta in header.items()}
+    offset = 0
+    for info in sorted(tensors.values(), key=lambda t: (t.start, t.end)):
+        if info.start != offset:
+            what = "overlaps the previous tensor" if info.start < offset else "leaves a hole before it"
+            raise CheckpointError(f"{path}: tensor {info.name!r}: data_offsets [{info.start}, {info.end}] {what} "
+                                  f"(expected begin {offset}); the data buffer must be tiled exactly")
+        offset = info.end
+    if data_start + offset > size:
+        last = max(tensors.values(), key=lambda t: t.end).name
+        raise CheckpointError(f"{path}: truncated safetensors file: tensor {last!r} needs bytes up to "
+                              f"{data_start + offset}, file has {size}")
+    if data_start + offset < size:
+        raise CheckpointError(f"{path}: {size - data_start - offset} bytes after the last tensor's data; "
+                              f"the data buffer must be tiled exactly by the tensors")
     return data_start, tensors, metadata
 
 

@@ -9,6 +9,7 @@ the MILP: checkpoints, tiers, recompute, residuals and the resident tail (see ``
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 from lazytrain_jax.schedule import heuristics, memory, milp, search, timing
@@ -28,6 +29,18 @@ def resolve_config(model):
 def _check_positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}={value!r} must be a positive integer")
+
+
+def _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap) -> None:
+    _check_positive_int("max_segment_length", max_segment_length)
+    if isinstance(max_resident_tail, bool) or not isinstance(max_resident_tail, int) or max_resident_tail < 0:
+        raise ValueError(f"max_resident_tail={max_resident_tail!r} must be an integer >= 0")
+    if (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))
+            or not (math.isfinite(time_limit_s) and time_limit_s > 0)):
+        raise ValueError(f"time_limit_s={time_limit_s!r} must be a finite number of seconds > 0")
+    if isinstance(rel_gap, bool) or not isinstance(rel_gap, (int, float)) or not 0 <= rel_gap < 1:
+        raise ValueError(f"rel_gap={rel_gap!r} must be a number in [0, 1) (a relative optimality gap; "
+                         f"0 = prove optimality, 1e-2 = within 1%)")
 
 
 def ideal_plan(costs: Costs, hardware: Hardware) -> Plan:
@@ -179,13 +192,24 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
       >>> print(p.explain())
     """
     hw = as_hardware(hardware)
+    _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap)
+    if not math.isfinite(hw.device_memory):
+        raise ValueError(f"hardware.device_memory={hw.device_memory!r} must be a finite number of bytes")
     solver_kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
-                     time_limit_s=time_limit_s, rel_gap=rel_gap)
-    _check_positive_int("max_segment_length", max_segment_length)
+                     time_limit_s=float(time_limit_s), rel_gap=float(rel_gap))
     if isinstance(model, Costs):
         result = plan_for_costs(model, hw, **solver_kw)
         if result is None:
-            raise ValueError(f"no plan for these Costs fits {hw.name}: device_memory={hw.device_memory / 1e9:.2f} GB")
+            constant = sum(memory.constant_bytes(model, hw).values())
+            if constant > hw.device_memory:
+                need = constant
+            else:
+                solved = milp.solve(model, hw.replace(device_memory=1e30), objective="memory", **solver_kw)
+                need = float("inf") if solved is None else solved.predicted_peak_device_bytes
+            raise ValueError(f"no plan for these Costs ({model.model_name}, batch_size={model.batch_size}, "
+                             f"seq_len={model.seq_len}, num_micro_batches={model.num_micro_batches}) fits {hw.name}: "
+                             f"it needs at least {need / 1e9:.2f} GB of device memory "
+                             f"(device_memory={hw.device_memory / 1e9:.2f} GB)")
         return result
     config = resolve_config(model)
     _check_positive_int("seq_len", seq_len)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, device_breakdown
 
 GB = 1e9
+GIB = 2**30
 
 
 def explain(plan) -> str:
@@ -38,9 +39,9 @@ def explain(plan) -> str:
     counts = {t: tiers.count(t) for t in ("device", "host", "nvme", "drop")}
     lines.append(f"boundaries: {counts}; segments: {len(plan.segments)}")
     lines.append(f"predicted step {plan.predicted_step_time_s:.3f} s, {plan.tokens_per_s:.1f} tokens/s, "
-                 f"{plan.tflops:.1f} TFLOPS (6·N·tokens/s); peak device {plan.predicted_peak_device_bytes / GB:.2f} GB "
-                 f"of {hw.device_memory / GB:.2f}, host {plan.predicted_peak_host_bytes / GB:.2f} GB, "
-                 f"NVMe {plan.predicted_peak_nvme_bytes / GB:.2f} GB")
-    lines.append("device peak terms (GB): " + ", ".join(
-        f"{k} {v / GB:.2f}" for k, v in device_breakdown(c, hw, plan).items() if v))
+                 f"{plan.tflops:.1f} TFLOPS (6·N·tokens/s); peak device {plan.predicted_peak_device_bytes / GIB:.2f} GiB "
+                 f"of {hw.device_memory / GIB:.2f} GiB, host activations {plan.predicted_peak_host_bytes / GIB:.2f} GiB "
+                 f"of {hw.host_memory / GIB:.2f} GiB, NVMe {plan.predicted_peak_nvme_bytes / GIB:.2f} GiB")
+    lines.append("device peak terms (GiB): " + ", ".join(
+        f"{k} {v / GIB:.2f}" for k, v in device_breakdown(c, hw, plan).items() if v))
     return "\n".join(lines)

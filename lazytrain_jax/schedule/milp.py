@@ -273,7 +273,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         m.cutoff = cutoff
     m.max_mip_gap = rel_gap
     m.max_mip_gap_abs = 1e-9
-    status = m.optimize(max_seconds=time_limit_s)
+    with (contextlib.nullcontext() if verbose else _quiet_stdout()):
+        status = m.optimize(max_seconds=time_limit_s)
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None
     tiers = ["device"] * (L + 1)
@@ -286,14 +287,13 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             tiers[i] = "nvme"
     keep = [l in res and res[l].x > 0.5 for l in range(L)]
     k = sum(1 for l in r if r[l].x > 0.5)
-    bound = m.objective_bound
-    value = m.objective_value
-    gap = max(0.0, (value - bound) / value) if value else 0.0
     plan = Plan.create(costs, hardware, name="milp", boundary_tiers=tiers, keep_residuals=keep, resident_tail=k,
-                       solver_status=status.name.lower(), gap=gap, solve_time_s=time.perf_counter() - t0)
-    if objective == "time":
-        assert abs(plan.predicted_step_time_s - value) <= 1e-6 * max(1.0, value), (plan.predicted_step_time_s, value)
-    return plan
+                       solver_status=status.name.lower(), solve_time_s=time.perf_counter() - t0)
+    # CBC's objective value can sit slightly below the exact model's value of its own solution
+    # (tolerances): the gap is measured from the plan's own value to the lower of CBC's bound and value.
+    own = plan.predicted_step_time_s if objective == "time" else plan.predicted_peak_device_bytes
+    lower = min(m.objective_bound, m.objective_value)
+    return plan.replace(gap=max(0.0, (own - lower) / own) if own > 0 else 0.0)
 
 
 def kept_value(edges) -> float:

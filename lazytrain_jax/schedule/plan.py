@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Mapping
 
 from lazytrain_jax.schedule import memory
@@ -160,16 +161,19 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, expect_fingerprint: str | None = None) -> "Plan":
-        """Reads a Plan dict; another version or (with ``expect_fingerprint``) another model raises."""
+        """Reads a Plan dict; another version or (with ``expect_fingerprint``) another model raises.
+
+        Every field is type-checked (with its ``costs`` and ``hardware``) before anything is built,
+        so a damaged or hand-edited file raises ValueError naming the field, never KeyError/TypeError.
+        """
         if not isinstance(d, Mapping):
             raise ValueError(f"a Plan must be a JSON object; got {type(d).__name__}")
         version = d.get("version")
         if version != PLAN_VERSION:
             raise ValueError(f"Plan.version={version!r} is not supported; valid: [{PLAN_VERSION}]")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - fields)
-        if unknown:
-            raise ValueError(f"Plan: unknown field {unknown[0]!r}; valid: {sorted(fields)}")
+        check_json_fields(cls, d, "Plan")
+        check_json_fields(Costs, d["costs"], "Plan.costs")
+        check_json_fields(Hardware, d["hardware"], "Plan.hardware")
         plan = cls(**{**d, "costs": Costs.from_dict(d["costs"]), "hardware": Hardware.from_dict(d["hardware"])})
         if expect_fingerprint is not None and plan.costs.model_fingerprint != expect_fingerprint:
             raise ValueError(f"Plan.costs.model_fingerprint={plan.costs.model_fingerprint!r} was solved for "
@@ -178,19 +182,29 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str, *, model=None) -> "Plan":
-        """Parses ``to_json`` output; ``model`` (a Model or ModelConfig) checks it was solved for it.
+        """Parses ``to_json`` output; ``model`` checks it was solved for that model.
+
+        Args:
+          text: the JSON text.
+          model: None, or what ``lt.plan`` accepts: a Model, a ModelConfig, a preset name or a Costs.
 
         Example:
           >>> Plan.from_json(open("plan.json").read(), model=model)
         """
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise ValueError(f"Plan.from_json needs the JSON text; got {type(text).__name__}")
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"Plan JSON is not valid JSON ({e})") from None
         fingerprint = None
-        if model is not None:
+        if isinstance(model, Costs):
+            fingerprint = model.model_fingerprint
+        elif model is not None:
+            from lazytrain_jax.model.config import resolve_config
             from lazytrain_jax.schedule.costs import config_fingerprint
-            fingerprint = config_fingerprint(getattr(model, "config", model))
+            config = resolve_config(model, what="None, a Model, a ModelConfig, a preset name or a Costs")
+            fingerprint = config_fingerprint(config)
         return cls.from_dict(d, expect_fingerprint=fingerprint)
 
     def save(self, path: str) -> None:
@@ -226,3 +240,56 @@ def validate_decisions(num_layers: int, tiers, keep_residuals, resident_tail: in
             raise ValueError(f"Plan.{name}={value!r} must be an integer >= 1")
     if optimizer_mode not in OPTIMIZER_MODES:
         raise ValueError(f"Plan.optimizer_mode={optimizer_mode!r}; valid: {list(OPTIMIZER_MODES)}")
+
+
+def _json_type_ok(annotation: str, value: Any) -> bool:
+    def number(x, finite=True):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x) and \
+            (not finite or math.isfinite(x))
+    item = {"str": lambda x: isinstance(x, str), "bool": lambda x: isinstance(x, bool),
+            "int": lambda x: isinstance(x, int) and not isinstance(x, bool), "float": number}
+    if annotation in item:
+        return item[annotation](value)
+    if annotation == "float | None":
+        return value is None or number(value)
+    if annotation.startswith("tuple[") and annotation.endswith(", ...]"):
+        check = item[annotation[len("tuple["):-len(", ...]")]]
+        return isinstance(value, (list, tuple)) and all(check(x) for x in value)
+    if annotation in ("Costs", "Hardware"):
+        return isinstance(value, Mapping)
+    raise AssertionError(f"no JSON check for annotation {annotation!r}")
+
+
+_JSON_NAMES = {"str": "a string", "bool": "true or false", "int": "an integer", "float": "a finite number",
+               "float | None": "a finite number or null", "tuple[str, ...]": "a list of strings",
+               "tuple[bool, ...]": "a list of true/false", "tuple[int, ...]": "a list of integers",
+               "tuple[float, ...]": "a list of finite numbers", "Costs": "an object", "Hardware": "an object"}
+
+
+def check_json_fields(cls, d: Any, where: str) -> None:
+    """Raises ValueError naming the field unless ``d`` is an object whose fields are those of the
+    dataclass ``cls``, each of the JSON type its annotation declares (Hardware may hold +inf).
+
+    Example:
+      >>> check_json_fields(Hardware, {"device_memory": "24e9"}, "Plan.hardware")   # ValueError
+    """
+    if not isinstance(d, Mapping):
+        raise ValueError(f"{where} must be a JSON object; got {d!r:.80}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - set(fields))
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r}; valid: {sorted(fields)}")
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if name not in d:
+            if required:
+                raise ValueError(f"{where}: required field {name!r} is missing")
+            continue
+        value, annotation = d[name], str(f.type)
+        if cls is Hardware and annotation == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+        else:
+            ok = _json_type_ok(annotation, value)
+        if not ok:
+            kind = "a number (not NaN)" if cls is Hardware and annotation == "float" else _JSON_NAMES[annotation]
+            raise ValueError(f"{where}.{name}={value!r:.80} must be {kind}")

@@ -51,7 +51,7 @@ def test_qwen2_has_qkv_bias_and_qwen3_qk_norm():
     ({"hidden_size": 0}, r"hidden_size=0 must be a positive integer"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}}, r"rope_type='yarn'"),
     ({"rope_parameters": {"rope_type": "llama3", "factor": 4.0, "rope_theta": 1e4}},
-     r"rope_scaling.low_freq_factor is required"),
+     r"rope_parameters: required field 'low_freq_factor' is missing"),
 ])
 def test_bad_hf_config_names_the_field(change, match):
     d = get_preset("qwen2-debug").to_hf_dict()
