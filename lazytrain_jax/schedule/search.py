@@ -13,16 +13,15 @@ the MILP's decision space (segments of at most ``max_segment_length``, resident 
 3. spend the remaining device memory on residuals and the resident tail (largest saving per byte);
 4. local search: single-boundary tier changes, residual toggles, tail changes and host ↔ NVMe ↔
    drop ↔ device swaps between two boundaries, first improvement, until no move helps or the
-   time budget is spent.
+   evaluation budget is spent (a count of move evaluations, not wall-clock time: the same input
+   gives the same plan whatever the machine load).
 
 The result is handed to CBC as ``model.start``; CBC then only has to close the (small) gap.
 """
 
 from __future__ import annotations
 
-import time
-
-from lazytrain_jax.schedule import memory
+from lazytrain_jax.schedule import memory, steps
 from lazytrain_jax.schedule.plan import Plan
 
 _OFF = ("host", "nvme")
@@ -48,9 +47,9 @@ class FastModel:
         self.nr, self.nw = hardware.nvme_read_bw, hardware.nvme_write_bw
         a_max = max(self.A)
         self.a_max = a_max
-        self.host_ok = [1 <= i <= L - 1 and self.A[i] <= hardware.host_memory for i in range(L + 1)]
-        self.nvme_ok = [1 <= i <= L - 3 and self.A[i] <= hardware.nvme_memory and 2 * a_max <= hardware.host_memory
-                        for i in range(L + 1)]
+        opts = [steps.tier_options(costs, hardware, i) if 1 <= i <= L - 1 else () for i in range(L + 1)]
+        self.host_ok = ["host" in o for o in opts]
+        self.nvme_ok = ["nvme" in o for o in opts]
         const = memory.constant_bytes(costs, hardware)
         self.base_mem = sum(const.values())
         wl = costs.layer("weight_bytes")
@@ -241,20 +240,38 @@ class FastModel:
                 and self.nvme_bytes(tiers) <= hw.nvme_memory)
 
 
+class Budget:
+    """A count of move evaluations the local search may spend (deterministic, unlike a clock)."""
+
+    def __init__(self, evaluations: int):
+        self.left = evaluations
+
+    def spend(self, n: int = 1) -> bool:
+        self.left -= n
+        return self.left >= 0
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= 0
+
+
+DEFAULT_EVALUATIONS = 20000
+
+
 def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
-                   time_budget_s: float = 1.0, starts=(), memory_first: bool = False) -> Plan | None:
+                   max_evaluations: int = DEFAULT_EVALUATIONS, starts=(), memory_first: bool = False) -> Plan | None:
     """The best plan found by greedy construction and local search (None if none fits).
 
     Args:
       costs, hardware: the problem; max_segment_length, max_resident_tail: the MILP's space.
-      time_budget_s: wall-clock budget of the local search (the constructions always run).
+      max_evaluations: move evaluations the local search may spend (the constructions always run);
+        a count, so the result does not depend on the machine's speed or load.
       starts: extra Plans to improve (e.g. fitting heuristics); those outside the space are skipped.
     Returns:
       A Plan named ``search`` (pipelined optimizer, depth 1) inside the MILP's decision space.
     Example:
       >>> heuristic_plan(costs, Hardware.preset("h800")).predicted_step_time_s
     """
-    t0 = time.perf_counter()
     fm = FastModel(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail)
     candidates = []
     for use_nvme in ((False, True) if hardware.nvme_memory > 0 else (False,)):
@@ -275,7 +292,7 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
     if not candidates:
         return None
     scored = sorted(((fm.step_time(*sol), idx, sol) for idx, sol in enumerate(candidates)))
-    t_end = max(time.perf_counter(), t0) + time_budget_s
+    evals = Budget(max_evaluations)
     best, best_t = scored[0][2], scored[0][0]
     seen = set()
     for _, _, sol in scored:
@@ -283,10 +300,10 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
         if key in seen:
             continue
         seen.add(key)
-        sol, t = _local_search(fm, sol, t_end)
+        sol, t = _local_search(fm, sol, evals)
         if t < best_t - 1e-12:
             best, best_t = sol, t
-        if time.perf_counter() > t_end:
+        if evals.spent:
             break
     tiers, keep, k = best
     return Plan.create(costs, hardware, name="search", boundary_tiers=tiers, keep_residuals=keep, resident_tail=k)
@@ -439,7 +456,7 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False)
     return st["tiers"], st["keep"], st["k"]
 
 
-def _local_search(fm, sol, t_end):
+def _local_search(fm, sol, evals):
     """First-improvement local search: tier changes, residual toggles, tail steps, then pair moves
     (two tier changes, or a tier change with a residual toggle) when no single move helps."""
     budget = fm.hw.device_memory
@@ -449,11 +466,11 @@ def _local_search(fm, sol, t_end):
     def better(total):
         return total < st["total"] - 1e-9 * max(1.0, st["total"])
 
-    while time.perf_counter() < t_end:
+    while not evals.spent:
         moved = False
         for i in range(1, L):
             for t in _tier_options(fm, i):
-                if _tier_move_ok(fm, st, i, t):
+                if _tier_move_ok(fm, st, i, t) and evals.spend():
                     total, peak = fm.try_tier(st, i, t)
                     if peak <= budget and better(total):
                         st = _apply_tier(fm, st, i, t)
@@ -473,14 +490,14 @@ def _local_search(fm, sol, t_end):
         # pair moves: first change (any, even worsening or over budget), then a repairing second one
         for i in range(1, L):
             for t in _tier_options(fm, i):
-                if not _tier_move_ok(fm, st, i, t):
+                if not _tier_move_ok(fm, st, i, t) or not evals.spend(4):
                     continue
                 mid = _apply_tier(fm, st, i, t)
                 for j in range(1, L):
                     if j == i:
                         continue
                     for u in _tier_options(fm, j):
-                        if _tier_move_ok(fm, mid, j, u):
+                        if _tier_move_ok(fm, mid, j, u) and evals.spend():
                             total, peak = fm.try_tier(mid, j, u)
                             if peak <= budget and better(total):
                                 st, moved = _apply_tier(fm, mid, j, u), True
@@ -494,9 +511,9 @@ def _local_search(fm, sol, t_end):
                             if peak <= budget and better(total):
                                 st, moved = _toggle_residuals(fm, mid, l), True
                                 break
-                if moved or time.perf_counter() > t_end:
+                if moved or evals.spent:
                     break
-            if moved or time.perf_counter() > t_end:
+            if moved or evals.spent:
                 break
         if not moved:
             break
