@@ -255,7 +255,7 @@ class Budget:
         return self.left <= 0
 
 
-DEFAULT_EVALUATIONS = 20000
+DEFAULT_EVALUATIONS = 3000
 
 
 def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
