@@ -199,9 +199,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     win = {}
     order = []
 
-    def window(name, compute=0.0, up_w=0.0, up_a=0.0, up_fixed=0.0, down=0.0, read=0.0, write=0.0, optim=0.0):
+    def window(name, compute=0.0, up_w=0.0, up_a=0.0, up_fixed=0.0, down=0.0, read=0.0, write=0.0, optim=0.0,
+               cuts=(), floor=0.0):
         win[name] = dict(compute=compute, up_w=up_w, up_a=up_a, up_fixed=up_fixed, down=down, read=read,
-                         write=write, optim=optim, pre_out=[], pre_in=[])
+                         write=write, optim=optim, pre_out=[], pre_in=[], cuts=cuts, floor=floor)
         order.append(name)
 
     # tail and forward: item positions P0=0, P1=1, FE=2, F_l=3+l, FH=L+3; update of the unit of the
@@ -219,7 +220,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         read = xs(A[s] * v[s, L] for s in range(L) if (s, L) in v) if l == L - 1 else 0.0
         if isinstance(read, mip.LinExpr) and not read.expr:
             read = 0.0
-        window(f"F{l}", compute=fwd[l], up_w=up, down=down, read=read, write=write, optim=opt_at[3 + l])
+        # cuts: with a binary z, T >= max(c, a z) implies T >= c + (a - c)⁺ z (the hull of the two cases)
+        cuts = []
+        if l >= 1 and (l in host or l in nv):
+            cuts.append([(A[l] / d2h, xs([t[l] for t in (host, nv) if l in t]))])
+        if l - 1 in nv:
+            cuts.append([(A[l - 1] / nw, nv[l - 1])])
+        window(f"F{l}", compute=fwd[l], up_w=up, down=down, read=read, write=write, optim=opt_at[3 + l], cuts=cuts)
     top_w, top_h, top_n = segment_top(L)
     read_fh = [A[s] * v[s, L - 1] for s in range(L) if (s, L - 1) in v]
     window("FH", compute=costs.fwd_time[-1], up_w=top_w, up_a=top_h, up_fixed=top_n,
@@ -237,8 +244,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             up_w = up_a = up_fixed = 0.0
         down = gprev(L) * x[L - 1, L] if l + 1 == L else gprev(l + 1) * (drop(l + 1) + x[l, l + 1])
         read_terms = [A[s] * v[s, l - 1] for s in range(L) if (s, l - 1) in v] if l >= 2 else []
+        # at most one segment starts at an NVMe base read here: the same hull cut over its terms
+        cuts = [[(A[s] / nr, v[s, l - 1]) for s in range(L) if (s, l - 1) in v]] if read_terms else []
         window(f"B{l}", compute=compute, up_w=up_w, up_a=up_a, up_fixed=up_fixed, down=down,
-               read=xs(read_terms) if read_terms else 0.0)
+               read=xs(read_terms) if read_terms else 0.0, cuts=cuts, floor=bwd[l] if l in res else bwd_rc[l])
     window("BE", compute=costs.bwd_time[0], down=G[0] + costs.grad_bytes[0])
 
     # depth 2: part of a window's upload done in the window before it
@@ -302,6 +311,11 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         t = m.add_var(lb=max(consts))
         for ld, rate in variable:
             m.add_constr(t >= ld * (1.0 / rate))
+        base = max(consts + [w["floor"]])
+        for cut in w["cuts"]:
+            terms = [(sec - base) * z for sec, z in cut if sec > base]
+            if terms:
+                m.add_constr(t >= base + xs(terms))
         T.append(t)
 
     # memory

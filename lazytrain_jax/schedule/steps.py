@@ -94,6 +94,40 @@ class Window:
         return max(self.seconds.values())
 
 
+# ---- unit addressing --------------------------------------------------------------------------
+# One scheme in the planner: a unit is its integer index into ``Costs.unit_names`` (0 = embed,
+# l + 1 = layer l, L + 1 = head). Its name and its path in ``model.params`` are derived from the
+# index by the functions below, never stored a second way.
+
+def layer_unit(layer: int) -> int:
+    """The unit index of layer ``layer``."""
+    return layer + 1
+
+
+def unit_name(unit: int, num_layers: int) -> str:
+    """``embed`` | ``layer_{l}`` | ``head`` for a unit index (the entries of ``Costs.unit_names``)."""
+    if isinstance(unit, bool) or not isinstance(unit, int) or not 0 <= unit <= num_layers + 1:
+        raise ValueError(f"unit={unit!r}; valid: 0..{num_layers + 1}")
+    return "embed" if unit == 0 else "head" if unit == num_layers + 1 else f"layer_{unit - 1}"
+
+
+def unit_index(name: str, num_layers: int) -> int:
+    """The unit index of ``embed`` | ``layer_{l}`` | ``head``."""
+    if name == "embed":
+        return 0
+    if name == "head":
+        return num_layers + 1
+    if isinstance(name, str) and name.startswith("layer_") and name[6:].isdigit() and int(name[6:]) < num_layers:
+        return int(name[6:]) + 1
+    raise ValueError(f"unit name {name!r}; valid: 'embed', 'layer_0'..'layer_{num_layers - 1}', 'head'")
+
+
+def unit_param_path(unit: int, num_layers: int) -> tuple:
+    """Where a unit's weights live in ``model.params``: ("embed",), ("layers", l) or ("head",)."""
+    name = unit_name(unit, num_layers)
+    return ("layers", unit - 1) if name.startswith("layer_") else (name,)
+
+
 def nvme_allowed(boundary: int, num_layers: int) -> bool:
     """NVMe holds boundaries 1..L-3 only (their write and read windows stay ordered)."""
     return 1 <= boundary <= num_layers - 3
@@ -131,20 +165,20 @@ def items(costs, plan) -> list[Item]:
            Item(name="FE", phase="forward", compute=fwd[0], weight_bytes=w[0], weight_unit=0, produces=0, opt_unit=0)]
     for l in range(num_layers):
         seq.append(Item(name=f"F{l}", phase="forward", layer=l, compute=fwd[l + 1], weight_bytes=w[l + 1],
-                        weight_unit=l + 1, produces=l + 1, opt_unit=l + 1))
+                        weight_unit=layer_unit(l), produces=l + 1, opt_unit=layer_unit(l)))
     seq.append(Item(name="FH", phase="head", compute=fwd[-1], weight_bytes=w[-1], weight_unit=num_layers + 1,
                     grad_bytes=g[-1], opt_unit=num_layers + 1))
     for s, e in reversed(segments(tiers)):
         base = s if tiers[s] in OFFLOAD_TIERS else None
         for j in range(s, e - 1):
             seq.append(Item(name=f"RC{j}", phase="recompute", layer=j, compute=fwd[j + 1],
-                            weight_bytes=0.0 if resident[j] else w[j + 1], weight_unit=j + 1,
+                            weight_bytes=0.0 if resident[j] else w[j + 1], weight_unit=layer_unit(j),
                             boundary_in=base if j == s else None))
         for l in range(e - 1, s - 1, -1):
             bwd = costs.bwd_time[l + 1] if plan.keep_residuals[l] else costs.bwd_recompute_time[l + 1]
             grads = g[l + 1] + (g[0] if l == 0 else 0.0)
             seq.append(Item(name=f"B{l}", phase="backward", layer=l, compute=bwd,
-                            weight_bytes=0.0 if resident[l] else w[l + 1], weight_unit=l + 1,
+                            weight_bytes=0.0 if resident[l] else w[l + 1], weight_unit=layer_unit(l),
                             boundary_in=base if (l == s and e - s == 1) else None, grad_bytes=grads))
     seq.append(Item(name="BE", phase="backward", compute=costs.bwd_time[0]))
     return seq
