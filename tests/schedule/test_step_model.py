@@ -108,7 +108,7 @@ def test_tight_budgets_randomized():
     rng = random.Random(2)
     t0 = time.perf_counter()
     solved = infeasible = 0
-    for trial in range(200):
+    for trial in range(100):
         costs, hw = random_instance(rng, rng.randint(3, 6))
         base = sum(memory.constant_bytes(costs, hw).values())
         tight = hw.replace(device_memory=base + rng.uniform(-0.2, 3.0) * GB, host_memory=rng.uniform(0, 4) * GB,
@@ -124,5 +124,5 @@ def test_tight_budgets_randomized():
         assert p.fits(), trial
         assert 0.0 <= p.gap <= 1e-2 + 1e-9, (trial, p.gap)
         assert p.predicted_step_time_s == pytest.approx(timing.step_time(costs, tight, p), rel=1e-12)
-    assert solved >= 50 and infeasible >= 10  # both sides of the frontier were exercised
+    assert solved >= 25 and infeasible >= 10  # both sides of the frontier were exercised
     print(f"{solved} solved, {infeasible} infeasible in {time.perf_counter() - t0:.1f} s")
