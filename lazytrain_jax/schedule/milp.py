@@ -79,12 +79,14 @@ class Built:
 
 def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
           weight_prefetch_depth: int = 1, act_prefetch_depth: int = 1, objective: str = "time",
-          verbose: bool = False) -> Built:
+          union: bool = False, verbose: bool = False) -> Built:
     """The planning MILP for ``costs`` on ``hardware`` at fixed prefetch depths (see the module docstring).
 
     Args:
       costs, hardware: the problem; max_segment_length, max_resident_tail: the decision space;
       weight_prefetch_depth, act_prefetch_depth: 1 or 2; objective: ``time`` or ``memory``.
+      union: a relaxation of every depth pair at once (only for its LP bound): the memory of depth 1,
+        the upload splits of depth 2 and each update in either of its two windows.
     Returns:
       A Built (the model and its variables).
     Example:
@@ -108,7 +110,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     R = costs.residual_bytes
     h2d, d2h, nr, nw = hardware.h2d_bw, hardware.d2h_bw, hardware.nvme_read_bw, hardware.nvme_write_bw
     opt = [p / hardware.host_opt_rate for p in costs.num_params]
-    const_mem = memory.constant_bytes(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da)
+    if union:
+        dw = da = 2
+    const_mem = memory.constant_bytes(costs, hardware, weight_prefetch_depth=1 if union else dw,
+                                      act_prefetch_depth=1 if union else da)
     base_mem = sum(const_mem.values())
     budget = hardware.device_memory
     slack = budget - base_mem
@@ -209,7 +214,12 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # forward item at position j in window max(0, j - dw - 1)
     opt_at = [0.0] * (L + 4)
     for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
-        opt_at[max(0, j - dw - 1)] += opt[unit]
+        if union and j - 3 >= 0:  # in window j - 2 (depth 1) or j - 3 (depth 2), split freely
+            q = m.add_var(lb=0.0, ub=1.0)
+            opt_at[j - 2] = opt_at[j - 2] + opt[unit] * (1 - q)
+            opt_at[j - 3] = opt_at[j - 3] + opt[unit] * q
+        else:
+            opt_at[max(0, j - dw - 1)] += opt[unit]
     window("P0", optim=opt_at[0])
     window("P1", up_w=costs.weight_bytes[0], optim=opt_at[1])
     window("FE", compute=costs.fwd_time[0], up_w=W[0], optim=opt_at[2])
@@ -341,15 +351,14 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L)
 
 
-def lp_bound(costs, hardware, *, depths=MILP_DEPTHS, **build_kw) -> float:
-    """The smallest LP-relaxation bound over the depth pairs (a lower bound on any plan of the space;
-    inf if none is feasible).
+def lp_bound(costs, hardware, **build_kw) -> float:
+    """A lower bound on every plan of the space, any depth pair: the LP of the union relaxation
+    (``build(..., union=True)``); inf if infeasible.
 
     Example:
       >>> lp_bound(costs, Hardware.preset("h800")) <= solve(costs, Hardware.preset("h800")).predicted_step_time_s
     """
-    return min(_relaxed(build(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **build_kw))
-               for dw, da in depths)
+    return _relaxed(build(costs, hardware, union=True, **build_kw))
 
 
 def _relaxed(built: Built) -> float:
@@ -424,6 +433,15 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         found = search.heuristic_plan(costs, hardware, max_segment_length=S, max_resident_tail=K,
                                       max_evaluations=search_evaluations, starts=[warm_start])
     best, best_bound = None, float("inf")
+    starts = [q for q in (_at_depths(p, dw, da) for p in (found, warm_start) for dw, da in depths) if q is not None]
+    incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
+    if incumbent is not None and rel_gap > 0 and len(depths) > 1:
+        # one LP for all depth pairs: when it proves the best start, no per-depth model is needed
+        union = _relaxed(build(costs, hardware, union=True, **kw))
+        value = incumbent.predicted_step_time_s
+        if (cutoff is None or value < cutoff) and value - union <= rel_gap * value:
+            return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - union) / value),
+                                     solve_time_s=time.perf_counter() - t0)
     for dw, da in depths:
         built = build(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **kw)
         start_plan = _at_depths(found, dw, da) or _at_depths(warm_start, dw, da)

@@ -130,7 +130,9 @@ class FastModel:
             for off, l in enumerate(range(e - 1, s - 1, -1)):
                 pos_b[l] = end - (e - s) + off
         ws = {s: self._seg_ws(s, e, tiers) for s, (_, _, e) in block.items()}
+        top = sorted(((v, key) for key, v in ws.items()), reverse=True)[:3]  # a move replaces at most 2
         return dict(tiers=tiers, keep=keep, k=k, seq=seq, wc=wc, total=sum(wc), block=block, pos_b=pos_b, ws=ws,
+                    ws_top=top,
                     dev=sum(self.A[i] for i in range(1, self.L) if tiers[i] == "device"),
                     res=sum(r for r, kp in zip(self.R, keep) if kp),
                     host=sum(a for a, t in zip(self.A, tiers) if t == "host"),
@@ -175,7 +177,7 @@ class FastModel:
         old_idx = set(range(lo, hi)) | f_pos
         new_idx = set(range(lo, min(len(seq2), b + 2 + shift))) | f_pos
         total = st["total"] - sum(wc[j] for j in old_idx) + sum(self.window(seq2, j, new_tiers) for j in new_idx)
-        ws = max([v for key, v in st["ws"].items() if key not in (s, i)] + new_ws)
+        ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
         dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
         peak = self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
         return total, peak

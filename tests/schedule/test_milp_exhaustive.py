@@ -137,6 +137,7 @@ def test_milp_matches_enumeration(num_layers, seed, dev, host, nvme, bw):
     expected = enumerate_best(costs, hw, max_segment_length=4, max_resident_tail=num_layers)
     solved = milp.solve(costs, hw, max_segment_length=4, max_resident_tail=num_layers, rel_gap=0.0)
     assert expected < float("inf"), "instance should be feasible"
+    assert milp.lp_bound(costs, hw, max_segment_length=4, max_resident_tail=num_layers) <= expected + 1e-6
     assert solved is not None
     assert solved.predicted_step_time_s <= expected + 1e-6
     assert solved.predicted_step_time_s >= expected - 1e-6  # it is itself a plan of the space
