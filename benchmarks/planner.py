@@ -64,8 +64,9 @@ def calibrate():
 
     from scipy.optimize import minimize
 
-    def unpack(z):
-        return dict(device_flops=math.exp(z[0]), efficiency_half_tokens=math.exp(z[1]), host_opt_rate=math.exp(z[2]))
+    def unpack(z):  # host_opt_rate kept within 1e8..1e11 params/s, efficiency_half_tokens within 1..1e6
+        return dict(device_flops=math.exp(z[0]), efficiency_half_tokens=math.exp(min(max(z[1], 0.0), math.log(1e6))),
+                    host_opt_rate=math.exp(min(max(z[2], math.log(1e8)), math.log(1e11))))
 
     def loss(z):
         pred = megatrain_rows(h800(**unpack(z)))
@@ -83,7 +84,8 @@ def part_b():
     print("(b) paper setting on h800 (70 GB cap, 15 GB host, 32 GB NVMe, PCIe 12/12, NVMe 2.83/3.35 GB/s)")
     fit = calibrate()
     print(f"  joint calibration on the four MegaTrain rows: device_flops {fit['device_flops'] / 1e12:.1f} TFLOP/s, "
-          f"efficiency_half_tokens {fit['efficiency_half_tokens']:.0f}, host_opt_rate {fit['host_opt_rate'] / 1e9:.2f}e9 params/s")
+          f"efficiency_half_tokens {fit['efficiency_half_tokens']:.0f}, host_opt_rate {fit['host_opt_rate'] / 1e9:.2f}e9 params/s"
+          f" (fit ranges: host_opt_rate 1e8..1e11, efficiency_half_tokens 1..1e6)")
     hw = h800(**fit)
     print(f"  {'model':12s} {'batch':>5s} {'MT pred':>9s} {'MT paper':>9s} {'err':>6s} {'LT pred':>9s} {'LT paper':>9s} "
           f"{'err':>6s} {'TFLOPS':>7s} {'/LB plan':>8s} {'m':>3s} {'depths':>6s}")

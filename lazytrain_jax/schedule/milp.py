@@ -212,14 +212,16 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
 
     # tail and forward: item positions P0=0, P1=1, FE=2, F_l=3+l, FH=L+3; update of the unit of the
     # forward item at position j in window max(0, j - dw - 1)
-    opt_at = [0.0] * (L + 4)
+    # the host optimizer: one chain from the step's start; o_k seconds of it in forward window k,
+    # at least the updates due by k done by then (the update of the unit at position j is due in
+    # window j - dw - 1; the union relaxation takes depth 1's later deadlines)
+    due = [0.0] * (L + 4)
     for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
-        if union and j - 3 >= 0:  # in window j - 2 (depth 1) or j - 3 (depth 2), split freely
-            q = m.add_var(lb=0.0, ub=1.0)
-            opt_at[j - 2] = opt_at[j - 2] + opt[unit] * (1 - q)
-            opt_at[j - 3] = opt_at[j - 3] + opt[unit] * q
-        else:
-            opt_at[max(0, j - dw - 1)] += opt[unit]
+        due[max(0, j - (1 if union else dw) - 1)] += opt[unit]
+    opt_at = [m.add_var(lb=0.0) for _ in range(L + 4)]
+    for k in range(L + 4):
+        if due[k] > 0:
+            m += xs(opt_at[:k + 1]) >= sum(due[:k + 1])
     window("P0", optim=opt_at[0])
     window("P1", up_w=costs.weight_bytes[0], optim=opt_at[1])
     window("FE", compute=costs.fwd_time[0], up_w=W[0], optim=opt_at[2])

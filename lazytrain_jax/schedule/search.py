@@ -57,6 +57,12 @@ class FastModel:
         # residuals / tail are only worth it where the MILP allows them (same filters)
         slack = hardware.device_memory - self.base_mem
         self.res_ok = [self.R[l] <= slack and self.bwd_rc[l + 1] > self.bwd[l + 1] for l in range(L)]
+        # forward windows (P0 .. FH) and the host optimizer's cumulative seconds due by each of them
+        self.F = L + 4
+        due = [0.0] * self.F
+        for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
+            due[max(0, j - 2)] += self.opt[unit]
+        self.opt_due = [sum(due[:k + 1]) for k in range(self.F)]
 
     # ---- the item sequence and its windows (same as timing.items / timing.windows) --------------
 
@@ -89,7 +95,7 @@ class FastModel:
         A = self.A
         n = len(seq)
         c = seq[k_][0]
-        up = down = read = write = o = 0.0
+        up = down = read = write = 0.0
         if k_ + 1 < n:
             nxt = seq[k_ + 1]
             up = nxt[1] + (A[nxt[2]] if nxt[2] is not None else 0.0)
@@ -97,9 +103,6 @@ class FastModel:
             b = seq[k_ + 2][2]
             if b is not None and tiers[b] == "nvme":
                 read = A[b]
-            ou = seq[k_ + 2][5]
-            if ou is not None:
-                o = self.opt[ou]
         if k_ >= 1:
             prev = seq[k_ - 1]
             down = prev[4]
@@ -110,7 +113,19 @@ class FastModel:
             p = seq[k_ - 2][3]
             if p is not None and tiers[p] == "nvme":
                 write = A[p]
-        return max(c, up / self.h2d, down / self.d2h, read / self.nr, write / self.nw, o)
+        return max(c, up / self.h2d, down / self.d2h, read / self.nr, write / self.nw)
+
+    def forward_total(self, base) -> float:
+        """Σ of the forward windows 0..F-1 given their lengths without the optimizer: the host
+        optimizer is one chain from the step's start, each update due two windows before its unit's
+        item (the step model's fluid schedule)."""
+        done = total = 0.0
+        end = self.opt_due[-1]
+        for k in range(self.F):
+            t = max(base[k], self.opt_due[k] - done)
+            done = min(end, done + t)
+            total += t
+        return total
 
     def state(self, tiers, keep, k):
         """Everything the incremental evaluations need about the plan (tiers, keep, k)."""
@@ -131,7 +146,9 @@ class FastModel:
                 pos_b[l] = end - (e - s) + off
         ws = {s: self._seg_ws(s, e, tiers) for s, (_, _, e) in block.items()}
         top = sorted(((v, key) for key, v in ws.items()), reverse=True)[:3]  # a move replaces at most 2
-        return dict(tiers=tiers, keep=keep, k=k, seq=seq, wc=wc, total=sum(wc), block=block, pos_b=pos_b, ws=ws,
+        fwd, bwd = self.forward_total(wc), sum(wc[self.F:])
+        return dict(tiers=tiers, keep=keep, k=k, seq=seq, wc=wc, fwd=fwd, bwd=bwd, total=fwd + bwd, block=block,
+                    pos_b=pos_b, ws=ws,
                     ws_top=top,
                     dev=sum(self.A[i] for i in range(1, self.L) if tiers[i] == "device"),
                     res=sum(r for r, kp in zip(self.R, keep) if kp),
@@ -176,7 +193,14 @@ class FastModel:
         lo, hi = max(0, a - 2), min(len(seq), b + 2)
         old_idx = set(range(lo, hi)) | f_pos
         new_idx = set(range(lo, min(len(seq2), b + 2 + shift))) | f_pos
-        total = st["total"] - sum(wc[j] for j in old_idx) + sum(self.window(seq2, j, new_tiers) for j in new_idx)
+        F = self.F
+        new = {j: self.window(seq2, j, new_tiers) for j in new_idx}
+        bwd = st["bwd"] - sum(wc[j] for j in old_idx if j >= F) + sum(v for j, v in new.items() if j >= F)
+        if any(j < F and v != wc[j] for j, v in new.items()):
+            fwd = self.forward_total([new.get(j, wc[j]) for j in range(F)])
+        else:
+            fwd = st["fwd"]
+        total = fwd + bwd
         ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
         dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
         peak = self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
@@ -190,7 +214,7 @@ class FastModel:
         seq = st["seq"]
         item = seq[pos]
         seq2 = seq[:pos] + [(c,) + item[1:]] + seq[pos + 1:]
-        total = st["total"] - st["wc"][pos] + self.window(seq2, pos, st["tiers"])
+        total = st["total"] - st["wc"][pos] + self.window(seq2, pos, st["tiers"])  # a backward window
         peak = self.peak_of(st) + (-self.R[l] if keep[l] else self.R[l])
         return total, peak
 

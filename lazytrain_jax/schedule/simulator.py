@@ -9,7 +9,8 @@ window formula:
   of an NVMe boundary after its read, a forward weight upload after that unit's update;
 - an item computes after the previous item and after every transfer due in the previous window
   (its deadline) finished: the executor's bounded in-flight traffic;
-- the host optimizer updates unit by unit in its windows (pipelined) or all in P0 (serial).
+- the host optimizer updates unit by unit as one chain from the step's start, each update due
+  before its unit's upload may begin (pipelined), or all in P0 (serial).
 
 Device memory over time is accounted per allocation (weights from upload start to the end of
 their last use, boundaries from production to their last use or the end of their offload,

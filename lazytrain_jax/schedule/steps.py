@@ -18,7 +18,8 @@ j, d = ``weight_prefetch_depth`` and a = ``act_prefetch_depth``:
   base is ``read`` from NVMe in window j − 2 and uploaded in window j − 1 (no look-ahead);
 - ``grads`` item j produced and the ``offload`` of the boundary it produced (host/NVMe tier): D2H,
   window j + 1; an NVMe boundary is ``write``-n from its host staging buffer in window j + 2;
-- ``update`` of the unit a forward item j uses (pipelined optimizer): the host optimizer, window
+- ``update`` of the unit a forward item j uses (pipelined optimizer): the host optimizer, from the
+  step's start (one chain in unit order, the previous backward's global norm known) until window
   j − d − 1 (done before that unit's upload may begin); in serial mode every update is in P0.
 
 The windows are evaluated as a fluid, earliest-deadline-first schedule (``windows``): in window k
@@ -229,7 +230,7 @@ def transfers(costs, plan, seq: Sequence[Item] | None = None) -> list[Transfer]:
         if it.opt_unit is not None:
             w = 0 if plan.optimizer_mode == "serial" else max(0, j - d - 1)
             out.append(Transfer(channel="optimizer", kind="update", item=j, ref=it.opt_unit,
-                                amount=float(costs.num_params[it.opt_unit]), release=w, deadline=w))
+                                amount=float(costs.num_params[it.opt_unit]), release=0, deadline=w))
     out.sort(key=lambda t: (t.release, t.deadline, t.item))
     return out
 
