@@ -13,7 +13,7 @@ import time
 
 from lazytrain_jax.schedule import heuristics, memory, milp, search, timing
 from lazytrain_jax.schedule.costs import Costs, analytic_costs
-from lazytrain_jax.schedule.hardware import Hardware, as_hardware
+from lazytrain_jax.schedule.hardware import Hardware, as_hardware, check_positive_int
 from lazytrain_jax.schedule.plan import Plan
 
 MAX_MICRO_BATCHES = 64
@@ -26,8 +26,7 @@ def resolve_config(model):
 
 
 def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
+    check_positive_int(name, value)
 
 
 def ideal_plan(costs: Costs, hardware: Hardware) -> Plan:

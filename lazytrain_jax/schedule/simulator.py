@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from lazytrain_jax.schedule import memory, steps
+from lazytrain_jax.schedule.hardware import check_positive_int
 
 TRANSFER_CHANNELS = steps.TRANSFER_CHANNELS
 
@@ -100,8 +101,7 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
     Example:
       >>> r = simulate(plan, num_steps=3); r.step_time_s, r.peak_device_bytes
     """
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(f"num_steps={num_steps!r} must be an integer >= 1")
+    check_positive_int("num_steps", num_steps)
     hw = hardware or plan.hardware
     costs = plan.costs
     seq = steps.items(costs, plan)
