@@ -56,6 +56,7 @@ from lazytrain_jax.schedule import memory, search, steps
 from lazytrain_jax.schedule.plan import Plan
 
 DEFAULT_REL_GAP = 1e-2
+DEFAULT_MAX_NODES = 300
 MILP_DEPTHS = ((1, 1), (2, 1), (1, 2), (2, 2))   # (weight_prefetch_depth, act_prefetch_depth)
 
 
@@ -397,7 +398,8 @@ def decode(built: Built, costs, hardware, *, status: str, bound: float | None, s
 def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
           time_limit_s: float = 30.0, rel_gap: float = DEFAULT_REL_GAP, warm_start: Plan | None = None,
           objective: str = "time", cutoff: float | None = None, depths=MILP_DEPTHS,
-          search_evaluations: int = search.DEFAULT_EVALUATIONS, verbose: bool = False) -> Plan | None:
+          search_evaluations: int = search.DEFAULT_EVALUATIONS, max_nodes: int = DEFAULT_MAX_NODES,
+          verbose: bool = False) -> Plan | None:
     """Solves the planning MILP for ``costs`` on ``hardware``, choosing the prefetch depths too.
 
     Args:
@@ -412,6 +414,9 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       cutoff: only plans with an objective below this are of interest (None when there is none).
       depths: the (weight_prefetch_depth, act_prefetch_depth) pairs to choose from (1 or 2 each).
       search_evaluations: move evaluations of the search heuristic that provides the start.
+      max_nodes: CBC branch-and-bound nodes per depth pair. Node and evaluation counts, not
+        seconds, bound the work, so the same input gives the same plan whatever the machine load
+        (as long as ``time_limit_s``, a safety net, is not reached first).
     Returns:
       The optimal (or best found) Plan, or None when no plan fits the budgets (or beats ``cutoff``).
     Example:
@@ -465,7 +470,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 best = start_plan.replace(name="milp", solver_status="optimal")
                 best_bound = min(best_bound, lp)
                 continue
-        status = _optimize(built, rel_gap, time_limit_s, limit)
+        status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes)
         if status is None:
             if built.model.status == mip.OptimizationStatus.INFEASIBLE:
                 continue
@@ -483,13 +488,14 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     return best.replace(gap=gap, solve_time_s=time.perf_counter() - t0)
 
 
-def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float | None) -> str | None:
+def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float | None,
+              max_nodes: int = DEFAULT_MAX_NODES) -> str | None:
     m = built.model
     if cutoff is not None:
         m.cutoff = cutoff
     m.max_mip_gap = rel_gap
     m.max_mip_gap_abs = 1e-9
-    status = m.optimize(max_seconds=time_limit_s)
+    status = m.optimize(max_seconds=time_limit_s, max_nodes=max_nodes)
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None
     return status.name.lower()
