@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name.replace('_', '-')}={getattr(args, name)} must be a positive integer")
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # bad input; unreadable input or unwritable --out path
         print(f"lazytrain: error: {e}", file=sys.stderr)
         return 1
 
