@@ -75,6 +75,8 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--depths", type=int, nargs=2, default=None, metavar=("WEIGHTS", "ACTS"),
+                    help="(c) plays the plan at these prefetch depths (predictions recomputed)")
     ap.add_argument("--budget-slack", type=float, default=1.02,
                     help="device budget for (b): megatrain(K=4)'s predicted peak times this factor")
     args = ap.parse_args()
@@ -146,6 +148,11 @@ def main():
 
     # (c) measured vs predicted per phase, on the MILP plan (or all-device if none fits)
     plan_c = milp if milp is not None else all_dev
+    if args.depths:
+        plan_c = Plan.create(plan_c.costs, plan_c.hardware, name=f"{plan_c.name}@depths{tuple(args.depths)}",
+                             boundary_tiers=plan_c.boundary_tiers, keep_residuals=plan_c.keep_residuals,
+                             resident_tail=plan_c.resident_tail, weight_prefetch_depth=args.depths[0],
+                             act_prefetch_depth=args.depths[1], optimizer_mode=plan_c.optimizer_mode)
     with lt.StreamingEngine(model, plan_c, tx8, stream_dtype="float32") as e:
         for _ in range(args.repeats):
             e.step(batch)

@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError) as e:  # bad input; unreadable input or unwritable --out path
         print(f"lazytrain: error: {e}", file=sys.stderr)
         return 1
 

@@ -51,3 +51,14 @@ def test_plan_bad_input_exits_nonzero(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["plan", "qwen3-debug", "--batch-size", "zero"])
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "is_a_directory", "parent_is_a_file"])
+def test_plan_unwritable_out_is_one_line_error(tmp_path, capsys, where):
+    (tmp_path / "file").write_text("x")
+    out = {"missing_dir": tmp_path / "missing" / "p.json", "is_a_directory": tmp_path,
+           "parent_is_a_file": tmp_path / "file" / "p.json"}[where]
+    code = cli.main(["plan", "qwen3-debug", "--batch-size", "2", "--seq-len", "32", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("lazytrain: error: ") and err.count("\n") == 1, err
+    assert (tmp_path / "file").read_text() == "x"

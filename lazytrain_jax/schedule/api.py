@@ -14,7 +14,7 @@ import time
 
 from lazytrain_jax.schedule import heuristics, memory, milp, search, timing
 from lazytrain_jax.schedule.costs import Costs, analytic_costs
-from lazytrain_jax.schedule.hardware import Hardware, as_hardware
+from lazytrain_jax.schedule.hardware import Hardware, as_hardware, check_positive_int
 from lazytrain_jax.schedule.plan import Plan
 
 MAX_MICRO_BATCHES = 64
@@ -27,8 +27,7 @@ def resolve_config(model):
 
 
 def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
+    check_positive_int(name, value)
 
 
 def _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap) -> None:
@@ -94,10 +93,11 @@ def plan_fixed_batch(config, hardware, batch_size, seq_len, *, num_micro_batches
                 default=float("inf"))
     candidates = [c for c in candidates if c[0] < upper * (1 + 1e-9)]
     if len(candidates) > 1:
-        candidates = [(max(ideal, milp.solve(costs, hardware, relax=True, **solver_kw)), m, costs)
+        space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
+        candidates = [(max(ideal, milp.lp_bound(costs, hardware, **space)), m, costs)
                       for ideal, m, costs in candidates]
     candidates.sort(key=lambda c: (c[0], c[1]))
-    rel_gap = solver_kw.get("rel_gap", 0.0)
+    rel_gap = solver_kw.get("rel_gap", milp.DEFAULT_REL_GAP)
     best = None
     for bound, m, costs in candidates:
         if best is not None and bound >= best.predicted_step_time_s * (1 - rel_gap) - 1e-12:
@@ -117,7 +117,7 @@ def plan_fixed_batch(config, hardware, batch_size, seq_len, *, num_micro_batches
 
 
 def fits_by_search(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
-                   max_segment_length=8, max_resident_tail=8, **_) -> bool:
+                   max_segment_length=8, max_resident_tail=8) -> bool:
     """Cheap feasibility: does the search heuristic find a fitting plan (True proves feasibility;
     False proves nothing)."""
     m = num_micro_batches or max(micro_batch_candidates(batch_size))
@@ -127,7 +127,7 @@ def fits_by_search(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat1
     if sum(memory.constant_bytes(costs, hardware).values()) > hardware.device_memory:
         return False
     found = search.heuristic_plan(costs, hardware, max_segment_length=max_segment_length,
-                                  max_resident_tail=max_resident_tail, time_budget_s=0.0, memory_first=True)
+                                  max_resident_tail=max_resident_tail, max_evaluations=0, memory_first=True)
     return found is not None
 
 
@@ -147,8 +147,9 @@ def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micr
                    limit: int = 1 << 16, **solver_kw) -> int:
     """The largest batch for which some plan fits (0 if even batch 1 does not)."""
     def feasible(b):
+        space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
         if fits_by_search(config, hardware, b, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
-                          **solver_kw):
+                          **space):
             return True
         return min_device_bytes(config, hardware, b, seq_len, grad_dtype=grad_dtype,
                                 num_micro_batches=num_micro_batches, **solver_kw) <= hardware.device_memory

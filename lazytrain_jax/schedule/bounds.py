@@ -5,7 +5,9 @@
     T_bwd  >= max(Σ backward compute (+ recompute), backward uploads / h2d, Σ grads / d2h,
                   NVMe reads / read bw)
     T_tail >= pipelined: update(embed) + embed rows upload; serial: N / R_opt + upload
-    and T_step >= N / R_opt (the host optimizer touches every parameter once per step).
+    pipelined: T_tail + T_fwd >= N / R_opt as well: every update of a step runs before the head's
+    weights are uploaded (it needs the global norm of the previous backward, and the forward of a
+    unit waits for its update), so the host optimizer overlaps only the tail and the forward.
 
 Without a plan the bound holds for every plan on these Costs: residuals kept everywhere, nothing
 recomputed or offloaded, and every layer resident in backward (optimistic).
@@ -52,5 +54,5 @@ def lower_bound(costs, hardware, plan=None) -> dict[str, float]:
                    nvme_read / hardware.nvme_read_bw)
     upload0 = w[0] / hardware.h2d_bw
     tail = (costs.num_params[0] / hardware.host_opt_rate + upload0 if mode == "pipelined" else total_opt + upload0)
-    total = max(forward + backward + tail, total_opt)
+    total = backward + max(forward + tail, total_opt)
     return dict(forward=forward, backward=backward, tail=tail, optimizer=total_opt, total=total)

@@ -18,7 +18,8 @@ def explain(plan) -> str:
     L = c.num_layers
     tiers = plan.boundary_tiers
     lines = [f"Plan {plan.name!r} for {c.model_name} ({c.model_fingerprint}) on {hw.name}: batch {c.batch_size} x "
-             f"seq {c.seq_len}, {c.num_micro_batches} micro-batch(es), optimizer {plan.optimizer_mode}, "
+             f"seq {c.seq_len}, {c.num_micro_batches} micro-batch(es), optimizer {plan.optimizer_mode}, prefetch depth "
+             f"{plan.weight_prefetch_depth} (weights) / {plan.act_prefetch_depth} (activations), "
              f"solver {plan.solver_status} gap {plan.gap if plan.gap is not None else '-'} "
              f"in {plan.solve_time_s:.2f} s",
              f"{'layer':>6} {'in-tier':>8} {'recomp':>6} {'resid':>5} {'resdnt':>6} {'H2D GB':>8} {'D2H GB':>8} {'NVMe GB':>8}"]

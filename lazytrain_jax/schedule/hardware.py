@@ -25,6 +25,18 @@ def dataclass_from_dict(cls, d: Mapping[str, Any]):
 
 GIB = 2**30
 
+
+def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
+    """``value`` if it is an integer >= ``minimum`` (bools refused), else ValueError naming ``name``.
+
+    Example:
+      >>> check_positive_int("batch_size", 8)
+      8
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+    return value
+
 _POSITIVE = ("device_memory", "h2d_bw", "d2h_bw", "nvme_read_bw", "nvme_write_bw", "host_opt_rate",
              "device_flops")
 _NON_NEGATIVE = ("host_memory", "nvme_memory", "device_margin", "efficiency_half_tokens")

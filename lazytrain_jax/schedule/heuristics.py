@@ -8,6 +8,7 @@ to compare against, not a start for the MILP (whose Costs it does not share).
 
 from __future__ import annotations
 
+from lazytrain_jax.schedule.hardware import check_positive_int
 from lazytrain_jax.schedule.plan import Plan
 
 
@@ -53,8 +54,7 @@ def megatrain(costs, hardware, K: int = 4) -> Plan:
     Example:
       >>> megatrain(costs, Hardware.preset("h800"), K=4).predicted_step_time_s
     """
-    if isinstance(K, bool) or not isinstance(K, int) or K < 1:
-        raise ValueError(f"K={K!r} must be an integer >= 1")
+    check_positive_int("K", K)
     num_layers = costs.num_layers
     tiers = ["device" if (i % K == 0 or i == num_layers) else "drop" for i in range(num_layers + 1)]
     return Plan.create(megatrain_costs(costs), hardware, name=f"megatrain(K={K})", boundary_tiers=tiers,

@@ -14,9 +14,16 @@ Variables (L layers, S = max segment length, K = max resident tail):
 - T_w ≥ each channel's load / rate in window w (continuous), for every window whose loads depend
   on the decisions; windows with constant loads add their max to the objective directly.
 
-Windows and loads are exactly ``timing.py``'s (see its docstring); the recompute window of layer
-j exists iff drop_{j+1}. Objective: Σ_w T_w + constants = the predicted step time (pipelined
-optimizer). Memory: ``memory.py``'s peak, linearised with ws ≥ working set of each chosen segment.
+Windows and loads are exactly the step model's (``steps.py``); the recompute window of layer
+j exists iff drop_{j+1}. Prefetch depth 2 (weights and/or host activations) adds split variables:
+a window's upload for the item after it may be done partly in the window before it
+(``pre`` ≥ 0, at most the upload; in the backward the window before is decided by the segments, so
+each candidate's share is bounded by its indicator — a sum of edge variables). With these splits
+the LP reaches the step model's earliest-deadline-first value. Each depth pair is one MILP (the
+memory's constant part depends on it); ``solve`` tries (1, 1) first and the others while their LP
+bound can still beat the best plan. Objective: Σ_w T_w + constants = the predicted step time
+(pipelined optimizer). Memory: ``memory.py``'s peak, linearised with ws ≥ working set of each
+chosen segment.
 
 The number of micro-batches and the batch size are enumerated outside (each changes Costs); the
 resident tail is inside. Model size is O(L·S) variables and constraints.
@@ -30,47 +37,68 @@ rounding heuristics find good incumbents slowly. ``search.heuristic_plan`` (gree
 local search on exact incremental re-implementations of the timing and memory models) provides
 the start; when the root LP bound already proves it within ``rel_gap`` the solve stops there
 (the conclusion CBC would reach at its root, without its seconds of preprocessing), otherwise CBC
-branches from it. With ``rel_gap=0`` CBC always runs (the exhaustive tests).
+branches from it. With ``rel_gap=0`` CBC always runs (the exhaustive tests). The reported gap is
+(value − min(bound, value)) / value: never negative, whatever CBC's bound at its limits. The
+code is split into ``build`` (the model), ``lp_bound`` (its relaxation), ``solve`` and ``decode``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
 
 import mip
 
-TIGHT = True
-
-from lazytrain_jax.schedule import memory, search
+from lazytrain_jax.schedule import memory, search, steps
 from lazytrain_jax.schedule.plan import Plan
 
+DEFAULT_REL_GAP = 1e-2
+DEFAULT_MAX_NODES = 300
+MILP_DEPTHS = ((1, 1), (2, 1), (1, 2), (2, 2))   # (weight_prefetch_depth, act_prefetch_depth)
 
-def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
-          time_limit_s: float = 30.0, rel_gap: float = 1e-4, warm_start: Plan | None = None,
-          objective: str = "time", cutoff: float | None = None, relax: bool = False,
-          heuristic_budget_s: float = 0.3, verbose: bool = False) -> Plan | float | None:
-    """Solves the planning MILP for ``costs`` on ``hardware``.
+
+@dataclasses.dataclass
+class Built:
+    """A built MILP: the python-mip model and the decision variables ``decode`` reads."""
+
+    model: mip.Model
+    x: dict
+    out_edges: dict
+    dev: dict
+    host: dict
+    nv: dict
+    res: dict
+    r: dict
+    objective_const: float
+    weight_prefetch_depth: int
+    act_prefetch_depth: int
+    num_layers: int
+
+
+def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
+          weight_prefetch_depth: int = 1, act_prefetch_depth: int = 1, objective: str = "time",
+          union: bool = False, verbose: bool = False) -> Built:
+    """The planning MILP for ``costs`` on ``hardware`` at fixed prefetch depths (see the module docstring).
 
     Args:
-      costs: Costs (batch, seq and micro-batches fixed); hardware: Hardware (budgets, rates).
-      max_segment_length: longest recompute segment (edges (s, e) with e − s ≤ this).
-      max_resident_tail: largest resident tail considered.
-      time_limit_s: CBC time limit; the incumbent is returned with its gap when it is reached.
-      rel_gap: relative optimality gap at which CBC stops.
-      warm_start: a Plan inside the decision space to start from (e.g. the best heuristic).
-      objective: ``time`` (predicted step time) or ``memory`` (minimum peak device bytes, ignoring
-        the device budget: used to report what would be feasible).
-      cutoff: only plans with an objective below this are of interest (None when there is none).
-      relax: solve only the LP relaxation and return its objective (a lower bound), inf if infeasible.
+      costs, hardware: the problem; max_segment_length, max_resident_tail: the decision space;
+      weight_prefetch_depth, act_prefetch_depth: 1 or 2; objective: ``time`` or ``memory``.
+      union: a relaxation of every depth pair at once (only for its LP bound): the memory of depth 1,
+        the upload splits of depth 2 and each update in either of its two windows.
     Returns:
-      The optimal (or best found) Plan, or None when no plan fits the budgets (or beats ``cutoff``).
+      A Built (the model and its variables).
     Example:
-      >>> plan = solve(costs, Hardware.preset("h800"))
+      >>> b = build(costs, Hardware.preset("h800")); b.model.optimize()
     """
-    t0 = time.perf_counter()
+    if objective not in ("time", "memory"):
+        raise ValueError(f"objective={objective!r}; valid: ['time', 'memory']")
+    for name, value in (("weight_prefetch_depth", weight_prefetch_depth), ("act_prefetch_depth", act_prefetch_depth)):
+        if value not in (1, 2):
+            raise ValueError(f"{name}={value!r}: the MILP handles depths 1 and 2")
+    dw, da = weight_prefetch_depth, act_prefetch_depth
     L = costs.num_layers
     S = max(1, min(max_segment_length, L))
     K = max(0, min(max_resident_tail, L))
@@ -83,8 +111,10 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     R = costs.residual_bytes
     h2d, d2h, nr, nw = hardware.h2d_bw, hardware.d2h_bw, hardware.nvme_read_bw, hardware.nvme_write_bw
     opt = [p / hardware.host_opt_rate for p in costs.num_params]
-    a_max = max(A)
-    const_mem = memory.constant_bytes(costs, hardware)
+    if union:
+        dw = da = 2
+    const_mem = memory.constant_bytes(costs, hardware, weight_prefetch_depth=1 if union else dw,
+                                      act_prefetch_depth=1 if union else da)
     base_mem = sum(const_mem.values())
     budget = hardware.device_memory
     slack = budget - base_mem
@@ -109,17 +139,15 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     def drop(i):
         return 1 - kept[i]
 
-    host_ok = [1 <= i <= L - 1 and A[i] <= hardware.host_memory for i in range(L + 1)]
-    nvme_ok = [1 <= i <= L - 3 and A[i] <= hardware.nvme_memory and 2 * a_max <= hardware.host_memory
-               for i in range(L + 1)]
+    opts = {i: steps.tier_options(costs, hardware, i) for i in range(1, L)}
     dev, host, nv = {}, {}, {}
     for i in range(1, L):
-        dev[i] = m.add_var(var_type=mip.CONTINUOUS if TIGHT else mip.BINARY, ub=1.0)
+        dev[i] = m.add_var(ub=1.0)  # continuous: dev = kept - host - nvme
         terms = [dev[i]]
-        if host_ok[i]:
+        if "host" in opts[i]:
             host[i] = m.add_var(var_type=mip.BINARY)
             terms.append(host[i])
-        if nvme_ok[i]:
+        if "nvme" in opts[i]:
             nv[i] = m.add_var(var_type=mip.BINARY)
             terms.append(nv[i])
         m += xs(terms) == kept[i]
@@ -128,19 +156,16 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if s in host or s in nv:
             u[s, e] = m.add_var(lb=0.0)
             m += u[s, e] >= var + xs([t[s] for t in (host, nv) if s in t]) - 1
-            if TIGHT:
-                m += u[s, e] <= var
+            m += u[s, e] <= var
         if s in nv:
             v[s, e] = m.add_var(lb=0.0)
             m += v[s, e] >= var + nv[s] - 1
-            if TIGHT:
-                m += v[s, e] <= u[s, e]
-    if TIGHT:
-        # exactly one edge leaves a kept boundary: the products sum to the tier indicator
-        for s in set(host) | set(nv):
-            m += xs(uu for (s2, _), uu in u.items() if s2 == s) == xs([t[s] for t in (host, nv) if s in t])
-        for s in nv:
-            m += xs(vv for (s2, _), vv in v.items() if s2 == s) == nv[s]
+            m += v[s, e] <= u[s, e]
+    # exactly one edge leaves a kept boundary: the products sum to the tier indicator
+    for s in set(host) | set(nv):
+        m += xs(uu for (s2, _), uu in u.items() if s2 == s) == xs([t[s] for t in (host, nv) if s in t])
+    for s in nv:
+        m += xs(vv for (s2, _), vv in v.items() if s2 == s) == nv[s]
     res = {l: m.add_var(var_type=mip.BINARY) for l in range(L) if R[l] <= slack and bwd_rc[l] > bwd[l]}
     r = {l: m.add_var(var_type=mip.BINARY) for l in range(L - K, L) if W[l] <= slack}
     for l in r:
@@ -164,63 +189,147 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     def first(s, e):
         return s if e - s >= 2 else e - 1
 
-    objective_const = 0.0
-    T = []
+    def segment_top(e):
+        """Uploads for the first item of the segment ending at e: (weights, host base, NVMe base)."""
+        wts, hb, nb = [], [], []
+        for s in range(max(0, e - S), e):
+            wts.append(w_res(first(s, e), x[s, e]))
+            if (s, e) in u:
+                hb.append(A[s] * u[s, e])
+                if (s, e) in v:
+                    hb.append(-A[s] * v[s, e])
+                    nb.append(A[s] * v[s, e])
+        return xs(wts), (xs(hb) if hb else 0.0), (xs(nb) if nb else 0.0)
 
-    def window(compute=0.0, up=0.0, down=0.0, read=0.0, write=0.0, optim=0.0):
-        nonlocal objective_const
-        loads = [(compute, 1.0), (up, h2d), (down, d2h), (read, nr), (write, nw), (optim, 1.0)]
-        variable = [(ld, rate) for ld, rate in loads if not isinstance(ld, (int, float))]
-        consts = [ld / rate for ld, rate in loads if isinstance(ld, (int, float))]
-        if not variable:
-            objective_const += max(consts)
-            return
-        t = m.add_var(lb=max(consts))
-        for ld, rate in variable:
-            m.add_constr(t >= ld * (1.0 / rate))
-        T.append(t)
+    # windows: name -> loads; 'up_w' / 'up_a' may be split into the window before (depth 2)
+    win = {}
+    order = []
 
-    # tail and forward
-    window(optim=opt[0])                                    # P0 (pipelined)
-    window(up=costs.weight_bytes[0], optim=opt[1])          # P1
-    window(compute=costs.fwd_time[0], up=W[0], optim=opt[2] if L >= 2 else opt[L + 1])  # FE
+    def window(name, compute=0.0, up_w=0.0, up_a=0.0, up_fixed=0.0, down=0.0, read=0.0, write=0.0, optim=0.0,
+               cuts=(), floor=0.0):
+        win[name] = dict(compute=compute, up_w=up_w, up_a=up_a, up_fixed=up_fixed, down=down, read=read,
+                         write=write, optim=optim, pre_out=[], pre_in=[], cuts=cuts, floor=floor)
+        order.append(name)
+
+    # tail and forward: item positions P0=0, P1=1, FE=2, F_l=3+l, FH=L+3; update of the unit of the
+    # forward item at position j in window max(0, j - dw - 1)
+    # the host optimizer: one chain from the step's start; o_k seconds of it in forward window k,
+    # at least the updates due by k done by then (the update of the unit at position j is due in
+    # window j - dw - 1; the union relaxation takes depth 1's later deadlines)
+    due = [0.0] * (L + 4)
+    for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
+        due[max(0, j - (1 if union else dw) - 1)] += opt[unit]
+    opt_at = [m.add_var(lb=0.0) for _ in range(L + 4)]
+    for k in range(L + 4):
+        if due[k] > 0:
+            m += xs(opt_at[:k + 1]) >= sum(due[:k + 1])
+    window("P0", optim=opt_at[0])
+    window("P1", up_w=costs.weight_bytes[0], optim=opt_at[1])
+    window("FE", compute=costs.fwd_time[0], up_w=W[0], optim=opt_at[2])
     for l in range(L):
         up = W[l + 1] if l + 1 < L else costs.weight_bytes[-1]
         down = A[l] * xs([t[l] for t in (host, nv) if l in t]) if l >= 1 and (l in host or l in nv) else 0.0
         write = A[l - 1] * nv[l - 1] if l - 1 in nv else 0.0
         read = xs(A[s] * v[s, L] for s in range(L) if (s, L) in v) if l == L - 1 else 0.0
-        optim = opt[l + 3] if l + 3 <= L + 1 else 0.0
         if isinstance(read, mip.LinExpr) and not read.expr:
             read = 0.0
-        window(compute=fwd[l], up=up, down=down, read=read, write=write, optim=optim)
-
-    def prefetch_for_segment_top(e):
-        """H2D to prefetch the first item of the segment ending at e (and its offloaded base)."""
-        terms = []
-        for s in range(max(0, e - S), e):
-            f = first(s, e)
-            terms.append(w_res(f, x[s, e]))
-            if (s, e) in u:
-                terms.append(A[s] * u[s, e])
-        return xs(terms)
-
+        # cuts: with a binary z, T >= max(c, a z) implies T >= c + (a - c)⁺ z (the hull of the two cases)
+        cuts = []
+        if l >= 1 and (l in host or l in nv):
+            cuts.append([(A[l] / d2h, xs([t[l] for t in (host, nv) if l in t]))])
+        if l - 1 in nv:
+            cuts.append([(A[l - 1] / nw, nv[l - 1])])
+        window(f"F{l}", compute=fwd[l], up_w=up, down=down, read=read, write=write, optim=opt_at[3 + l], cuts=cuts)
+    top_w, top_h, top_n = segment_top(L)
     read_fh = [A[s] * v[s, L - 1] for s in range(L) if (s, L - 1) in v]
-    window(compute=costs.fwd_time[-1], up=prefetch_for_segment_top(L), read=xs(read_fh) if read_fh else 0.0)  # FH
-    # recompute windows (active iff drop_{j+1})
-    for j in range(L - 1):
+    window("FH", compute=costs.fwd_time[-1], up_w=top_w, up_a=top_h, up_fixed=top_n,
+           read=xs(read_fh) if read_fh else 0.0)
+    for j in range(L - 1):  # recompute windows (active iff drop_{j+1})
         down = xs(gprev(e) * x[j, e] for e in range(j + 2, min(L, j + S) + 1))
-        window(compute=fwd[j] * drop(j + 1), up=w_res(j + 1, drop(j + 1)), down=down if j + 2 <= min(L, j + S) else 0.0)
-    # backward windows
-    for l in range(L - 1, -1, -1):
+        window(f"RC{j}", compute=fwd[j] * drop(j + 1), up_w=w_res(j + 1, drop(j + 1)),
+               down=down if j + 2 <= min(L, j + S) else 0.0)
+    for l in range(L - 1, -1, -1):  # backward windows
         compute = bwd_rc[l] - (bwd_rc[l] - bwd[l]) * res[l] if l in res else bwd_rc[l]
-        up = (w_res(l - 1, drop(l)) + prefetch_for_segment_top(l)) if l >= 1 else 0.0
-        if l + 1 == L:
-            down = gprev(L) * x[L - 1, L]
+        if l >= 1:
+            top_w, top_h, top_n = segment_top(l)
+            up_w, up_a, up_fixed = w_res(l - 1, drop(l)) + top_w, top_h, top_n
         else:
-            down = gprev(l + 1) * (drop(l + 1) + x[l, l + 1])
+            up_w = up_a = up_fixed = 0.0
+        down = gprev(L) * x[L - 1, L] if l + 1 == L else gprev(l + 1) * (drop(l + 1) + x[l, l + 1])
         read_terms = [A[s] * v[s, l - 1] for s in range(L) if (s, l - 1) in v] if l >= 2 else []
-        window(compute=compute, up=up, down=down, read=xs(read_terms) if read_terms else 0.0)
-    window(compute=costs.bwd_time[0], down=G[0] + costs.grad_bytes[0])  # BE
+        # at most one segment starts at an NVMe base read here: the same hull cut over its terms
+        cuts = [[(A[s] / nr, v[s, l - 1]) for s in range(L) if (s, l - 1) in v]] if read_terms else []
+        window(f"B{l}", compute=compute, up_w=up_w, up_a=up_a, up_fixed=up_fixed, down=down,
+               read=xs(read_terms) if read_terms else 0.0, cuts=cuts, floor=bwd[l] if l in res else bwd_rc[l])
+    window("BE", compute=costs.bwd_time[0], down=G[0] + costs.grad_bytes[0])
+
+    # depth 2: part of a window's upload done in the window before it
+    cap_w = max(list(W) + [costs.weight_bytes[0], costs.weight_bytes[-1]])
+    cap_a = max(A)
+
+    def preds(name):
+        """(window before, indicator or None) candidates of window ``name``."""
+        if name in ("P0",):
+            return []
+        if name == "P1":
+            return [("P0", None)]
+        if name == "FE":
+            return [("P1", None)]
+        if name == "FH":
+            return [(f"F{L - 1}", None)]
+        kind, idx = name[:2] if name.startswith("RC") else name[:1], int(name[2:] if name.startswith("RC") else name[1:])
+        if kind == "F":
+            return [("FE" if idx == 0 else f"F{idx - 1}", None)]
+        if kind == "B":
+            above = "FH" if idx + 1 == L else f"B{idx + 1}"
+            longer = [x[s, idx + 1] for s in range(max(0, idx + 1 - S), idx) if (s, idx + 1) in x]
+            if not longer:
+                return [(above, None)]
+            ind = xs(longer)
+            return [(f"RC{idx - 1}", ind), (above, 1 - ind)]
+        cands = [(f"RC{idx - 1}", drop(idx))] if idx >= 1 else []
+        for e in range(idx + 2, min(L, idx + S) + 1):
+            cands.append(("FH" if e == L else f"B{e}", x[idx, e]))
+        return cands
+
+    for name in order:
+        w = win[name]
+        for part, depth, cap in (("up_w", dw, cap_w), ("up_a", da, cap_a)):
+            load = w[part]
+            if depth < 2 or isinstance(load, (int, float)) and load == 0.0:
+                continue
+            fracs = []
+            for pred, ind in preds(name):
+                pv = m.add_var(lb=0.0, ub=1.0)  # share of ``cap`` bytes (unit-free: keeps CBC's scaling sane)
+                if ind is not None:
+                    m += pv <= ind
+                fracs.append(pv)
+                win[pred]["pre_in"].append(cap * pv)
+            if fracs:
+                m += xs(fracs) <= load * (1.0 / cap)
+                w["pre_out"].extend(cap * pv for pv in fracs)
+
+    objective_const = 0.0
+    T = []
+    for name in order:
+        w = win[name]
+        up = xs([w["up_w"], w["up_a"], w["up_fixed"]] + [-p for p in w["pre_out"]] + w["pre_in"]) \
+            if (w["pre_out"] or w["pre_in"]) else w["up_w"] + w["up_a"] + w["up_fixed"]
+        loads = [(w["compute"], 1.0), (up, h2d), (w["down"], d2h), (w["read"], nr), (w["write"], nw), (w["optim"], 1.0)]
+        variable = [(ld, rate) for ld, rate in loads if not isinstance(ld, (int, float))]
+        consts = [ld / rate for ld, rate in loads if isinstance(ld, (int, float))]
+        if not variable:
+            objective_const += max(consts)
+            continue
+        t = m.add_var(lb=max(consts))
+        for ld, rate in variable:
+            m.add_constr(t >= ld * (1.0 / rate))
+        base = max(consts + [w["floor"]])
+        for cut in w["cuts"]:
+            terms = [(sec - base) * z for sec, z in cut if sec > base]
+            if terms:
+                m.add_constr(t >= base + xs(terms))
+        T.append(t)
 
     # memory
     ws = m.add_var(lb=0.0)
@@ -233,75 +342,185 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         any_nv = m.add_var(var_type=mip.BINARY) if nv else None
         for i in nv:
             m += any_nv >= nv[i]
-        m += xs(A[i] * host[i] for i in host) + (2 * a_max * any_nv if nv else 0) <= hardware.host_memory
+        m += xs(A[i] * host[i] for i in host) + (2 * max(A) * any_nv if nv else 0) <= hardware.host_memory
     if nv:
         m += xs(A[i] * nv[i] for i in nv) <= hardware.nvme_memory
-
     if objective == "memory":
         m.objective = mip.minimize(peak)
-    elif objective == "time":
+    else:
         m += peak <= budget
         m.objective = mip.minimize(xs(T) + objective_const)
-    else:
+    return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, r=r,
+                 objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L)
+
+
+def lp_bound(costs, hardware, **build_kw) -> float:
+    """A lower bound on every plan of the space, any depth pair: the LP of the union relaxation
+    (``build(..., union=True)``); inf if infeasible.
+
+    Example:
+      >>> lp_bound(costs, Hardware.preset("h800")) <= solve(costs, Hardware.preset("h800")).predicted_step_time_s
+    """
+    return _relaxed(build(costs, hardware, union=True, **build_kw))
+
+
+def _relaxed(built: Built) -> float:
+    with _quiet_stdout():
+        status = built.model.optimize(relax=True)
+    ok = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
+    return float(built.model.objective_value) if ok else float("inf")
+
+
+def decode(built: Built, costs, hardware, *, status: str, bound: float | None, solve_time_s: float) -> Plan:
+    """The Plan of a solved model's variable values, its predictions from the step model.
+
+    The gap is (predicted − min(bound, predicted)) / predicted (never negative).
+    """
+    L = built.num_layers
+    tiers = ["device"] * (L + 1)
+    for i in range(1, L):
+        if kept_value(built.out_edges[i]) < 0.5:
+            tiers[i] = "drop"
+        elif i in built.host and built.host[i].x > 0.5:
+            tiers[i] = "host"
+        elif i in built.nv and built.nv[i].x > 0.5:
+            tiers[i] = "nvme"
+    keep = [l in built.res and built.res[l].x > 0.5 for l in range(L)]
+    k = sum(1 for l in built.r if built.r[l].x > 0.5)
+    plan = Plan.create(costs, hardware, name="milp", boundary_tiers=tiers, keep_residuals=keep, resident_tail=k,
+                       weight_prefetch_depth=built.weight_prefetch_depth, act_prefetch_depth=built.act_prefetch_depth,
+                       solver_status=status, solve_time_s=solve_time_s)
+    value = plan.predicted_step_time_s
+    gap = 0.0 if bound is None or value <= 0 else max(0.0, (value - min(bound, value)) / value)
+    return plan.replace(gap=gap)
+
+
+def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
+          time_limit_s: float = 30.0, rel_gap: float = DEFAULT_REL_GAP, warm_start: Plan | None = None,
+          objective: str = "time", cutoff: float | None = None, depths=MILP_DEPTHS,
+          search_evaluations: int = search.DEFAULT_EVALUATIONS, max_nodes: int = DEFAULT_MAX_NODES,
+          verbose: bool = False) -> Plan | None:
+    """Solves the planning MILP for ``costs`` on ``hardware``, choosing the prefetch depths too.
+
+    Args:
+      costs: Costs (batch, seq and micro-batches fixed); hardware: Hardware (budgets, rates).
+      max_segment_length: longest recompute segment (edges (s, e) with e − s ≤ this).
+      max_resident_tail: largest resident tail considered.
+      time_limit_s: CBC time limit per depth pair; the incumbent is returned with its gap when reached.
+      rel_gap: relative optimality gap at which the solve stops (default 1e-2, as ``lt.plan``).
+      warm_start: a Plan inside the decision space to start from (e.g. the best heuristic).
+      objective: ``time`` (predicted step time) or ``memory`` (minimum peak device bytes, ignoring
+        the device budget: used to report what would be feasible; depths 1).
+      cutoff: only plans with an objective below this are of interest (None when there is none).
+      depths: the (weight_prefetch_depth, act_prefetch_depth) pairs to choose from (1 or 2 each).
+      search_evaluations: move evaluations of the search heuristic that provides the start.
+      max_nodes: CBC branch-and-bound nodes per depth pair. Node and evaluation counts, not
+        seconds, bound the work, so the same input gives the same plan whatever the machine load
+        (as long as ``time_limit_s``, a safety net, is not reached first).
+    Returns:
+      The optimal (or best found) Plan, or None when no plan fits the budgets (or beats ``cutoff``).
+    Example:
+      >>> plan = solve(costs, Hardware.preset("h800"))
+    """
+    t0 = time.perf_counter()
+    kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail, verbose=verbose)
+    if objective == "memory":
+        built = build(costs, hardware, objective="memory", **kw)
+        status = _optimize(built, rel_gap, time_limit_s, None)
+        if status is None:
+            return None
+        return decode(built, costs, hardware, status=status, bound=None, solve_time_s=time.perf_counter() - t0)
+    if objective != "time":
         raise ValueError(f"objective={objective!r}; valid: ['time', 'memory']")
+    L = costs.num_layers
+    S = max(1, min(max_segment_length, L))
+    K = max(0, min(max_resident_tail, L))
     found = None
-    if objective == "time" and not relax and heuristic_budget_s > 0:
+    if search_evaluations >= 0:
         found = search.heuristic_plan(costs, hardware, max_segment_length=S, max_resident_tail=K,
-                                      time_budget_s=heuristic_budget_s, starts=[warm_start])
-        if found is not None and (warm_start is None
-                                  or found.predicted_step_time_s <= warm_start.predicted_step_time_s):
-            warm_start = found
-    start = _start_values(warm_start, x, dev, host, nv, res, r) if warm_start is not None else []
-    if start:
-        m.start = start
-    if relax or (found is not None and rel_gap > 0):
-        with _quiet_stdout():
-            status = m.optimize(relax=True)
-        ok = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
-        lp_bound = float(m.objective_value) if ok else float("inf")
-        if relax:
-            return lp_bound
-        if cutoff is not None and lp_bound >= cutoff:
-            return None  # no plan of this space beats the cutoff
-        value = found.predicted_step_time_s
-        if found is warm_start and start and (cutoff is None or value < cutoff) and value - lp_bound <= rel_gap * value:
-            # the root LP bound already proves the search's plan within rel_gap: what CBC would
-            # conclude at its root, without its preprocessing (seconds at 100+ layers)
-            return found.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - lp_bound) / value),
-                                 solve_time_s=time.perf_counter() - t0)
+                                      max_evaluations=search_evaluations, starts=[warm_start])
+    best, best_bound = None, float("inf")
+    starts = [q for q in (_at_depths(p, dw, da) for p in (found, warm_start) for dw, da in depths) if q is not None]
+    incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
+    if incumbent is not None and rel_gap > 0 and len(depths) > 1:
+        # one LP for all depth pairs: when it proves the best start, no per-depth model is needed
+        union = _relaxed(build(costs, hardware, union=True, **kw))
+        value = incumbent.predicted_step_time_s
+        if (cutoff is None or value < cutoff) and value - union <= rel_gap * value:
+            return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - union) / value),
+                                     solve_time_s=time.perf_counter() - t0)
+    for dw, da in depths:
+        built = build(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **kw)
+        start_plan = _at_depths(found, dw, da) or _at_depths(warm_start, dw, da)
+        if best is not None and (start_plan is None or best.predicted_step_time_s <= start_plan.predicted_step_time_s):
+            start_plan = None
+        start = _start_values(start_plan, built) if start_plan is not None else []
+        if start:
+            built.model.start = start
+        limit = cutoff if best is None else min(best.predicted_step_time_s, cutoff or float("inf"))
+        lp = _relaxed(built) if rel_gap > 0 or best is not None else None
+        if lp is not None:
+            if limit is not None and lp >= limit * (1 - rel_gap):
+                best_bound = min(best_bound, lp)
+                continue  # nothing at these depths beats the best by more than the tolerance
+            value = start_plan.predicted_step_time_s if start else None
+            if start and (limit is None or value < limit) and value - lp <= rel_gap * value:
+                # the root LP bound already proves the start within rel_gap: what CBC would
+                # conclude at its root, without its preprocessing (seconds at 100+ layers)
+                best = start_plan.replace(name="milp", solver_status="optimal")
+                best_bound = min(best_bound, lp)
+                continue
+        status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes)
+        if status is None:
+            if built.model.status == mip.OptimizationStatus.INFEASIBLE:
+                continue
+            best_bound = min(best_bound, float(built.model.objective_bound))
+            continue
+        plan = decode(built, costs, hardware, status=status, bound=float(built.model.objective_bound),
+                      solve_time_s=0.0)
+        best_bound = min(best_bound, float(built.model.objective_bound))
+        if best is None or plan.predicted_step_time_s < best.predicted_step_time_s:
+            best = plan
+    if best is None:
+        return None
+    value = best.predicted_step_time_s
+    gap = max(0.0, (value - min(best_bound, value)) / value)
+    return best.replace(gap=gap, solve_time_s=time.perf_counter() - t0)
+
+
+def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float | None,
+              max_nodes: int = DEFAULT_MAX_NODES) -> str | None:
+    m = built.model
     if cutoff is not None:
         m.cutoff = cutoff
     m.max_mip_gap = rel_gap
     m.max_mip_gap_abs = 1e-9
-    with (contextlib.nullcontext() if verbose else _quiet_stdout()):
-        status = m.optimize(max_seconds=time_limit_s)
+    with (contextlib.nullcontext() if m.verbose else _quiet_stdout()):
+        status = m.optimize(max_seconds=time_limit_s, max_nodes=max_nodes)
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None
-    tiers = ["device"] * (L + 1)
-    for i in range(1, L):
-        if kept_value(out_edges[i]) < 0.5:
-            tiers[i] = "drop"
-        elif i in host and host[i].x > 0.5:
-            tiers[i] = "host"
-        elif i in nv and nv[i].x > 0.5:
-            tiers[i] = "nvme"
-    keep = [l in res and res[l].x > 0.5 for l in range(L)]
-    k = sum(1 for l in r if r[l].x > 0.5)
-    plan = Plan.create(costs, hardware, name="milp", boundary_tiers=tiers, keep_residuals=keep, resident_tail=k,
-                       solver_status=status.name.lower(), solve_time_s=time.perf_counter() - t0)
-    # CBC's objective value can sit slightly below the exact model's value of its own solution
-    # (tolerances): the gap is measured from the plan's own value to the lower of CBC's bound and value.
-    own = plan.predicted_step_time_s if objective == "time" else plan.predicted_peak_device_bytes
-    lower = min(m.objective_bound, m.objective_value)
-    return plan.replace(gap=max(0.0, (own - lower) / own) if own > 0 else 0.0)
+    return status.name.lower()
+
+
+def _at_depths(plan: Plan | None, dw: int, da: int) -> Plan | None:
+    """``plan`` with the given prefetch depths, if it still fits (None otherwise)."""
+    if plan is None or plan.optimizer_mode != "pipelined":
+        return None
+    if (plan.weight_prefetch_depth, plan.act_prefetch_depth) == (dw, da):
+        return plan
+    moved = Plan.create(plan.costs, plan.hardware, name=plan.name, boundary_tiers=plan.boundary_tiers,
+                        keep_residuals=plan.keep_residuals, resident_tail=plan.resident_tail,
+                        weight_prefetch_depth=dw, act_prefetch_depth=da)
+    return moved if moved.fits() else None
 
 
 def kept_value(edges) -> float:
     return sum(var.x for var in edges)
 
 
-def _start_values(plan, x, dev, host, nv, res, r):
+def _start_values(plan, built: Built):
     """Variable values of ``plan`` for mip's warm start, or [] if it is outside the MILP's space."""
+    x, dev, host, nv, res, r = built.x, built.dev, built.host, built.nv, built.res, built.r
     L = plan.num_layers
     tiers = plan.boundary_tiers
     start = []

@@ -13,16 +13,15 @@ the MILP's decision space (segments of at most ``max_segment_length``, resident 
 3. spend the remaining device memory on residuals and the resident tail (largest saving per byte);
 4. local search: single-boundary tier changes, residual toggles, tail changes and host ↔ NVMe ↔
    drop ↔ device swaps between two boundaries, first improvement, until no move helps or the
-   time budget is spent.
+   evaluation budget is spent (a count of move evaluations, not wall-clock time: the same input
+   gives the same plan whatever the machine load).
 
 The result is handed to CBC as ``model.start``; CBC then only has to close the (small) gap.
 """
 
 from __future__ import annotations
 
-import time
-
-from lazytrain_jax.schedule import memory
+from lazytrain_jax.schedule import memory, steps
 from lazytrain_jax.schedule.plan import Plan
 
 _OFF = ("host", "nvme")
@@ -48,9 +47,9 @@ class FastModel:
         self.nr, self.nw = hardware.nvme_read_bw, hardware.nvme_write_bw
         a_max = max(self.A)
         self.a_max = a_max
-        self.host_ok = [1 <= i <= L - 1 and self.A[i] <= hardware.host_memory for i in range(L + 1)]
-        self.nvme_ok = [1 <= i <= L - 3 and self.A[i] <= hardware.nvme_memory and 2 * a_max <= hardware.host_memory
-                        for i in range(L + 1)]
+        opts = [steps.tier_options(costs, hardware, i) if 1 <= i <= L - 1 else () for i in range(L + 1)]
+        self.host_ok = ["host" in o for o in opts]
+        self.nvme_ok = ["nvme" in o for o in opts]
         const = memory.constant_bytes(costs, hardware)
         self.base_mem = sum(const.values())
         wl = costs.layer("weight_bytes")
@@ -58,6 +57,12 @@ class FastModel:
         # residuals / tail are only worth it where the MILP allows them (same filters)
         slack = hardware.device_memory - self.base_mem
         self.res_ok = [self.R[l] <= slack and self.bwd_rc[l + 1] > self.bwd[l + 1] for l in range(L)]
+        # forward windows (P0 .. FH) and the host optimizer's cumulative seconds due by each of them
+        self.F = L + 4
+        due = [0.0] * self.F
+        for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
+            due[max(0, j - 2)] += self.opt[unit]
+        self.opt_due = [sum(due[:k + 1]) for k in range(self.F)]
 
     # ---- the item sequence and its windows (same as timing.items / timing.windows) --------------
 
@@ -90,7 +95,7 @@ class FastModel:
         A = self.A
         n = len(seq)
         c = seq[k_][0]
-        up = down = read = write = o = 0.0
+        up = down = read = write = 0.0
         if k_ + 1 < n:
             nxt = seq[k_ + 1]
             up = nxt[1] + (A[nxt[2]] if nxt[2] is not None else 0.0)
@@ -98,9 +103,6 @@ class FastModel:
             b = seq[k_ + 2][2]
             if b is not None and tiers[b] == "nvme":
                 read = A[b]
-            ou = seq[k_ + 2][5]
-            if ou is not None:
-                o = self.opt[ou]
         if k_ >= 1:
             prev = seq[k_ - 1]
             down = prev[4]
@@ -111,7 +113,19 @@ class FastModel:
             p = seq[k_ - 2][3]
             if p is not None and tiers[p] == "nvme":
                 write = A[p]
-        return max(c, up / self.h2d, down / self.d2h, read / self.nr, write / self.nw, o)
+        return max(c, up / self.h2d, down / self.d2h, read / self.nr, write / self.nw)
+
+    def forward_total(self, base) -> float:
+        """Σ of the forward windows 0..F-1 given their lengths without the optimizer: the host
+        optimizer is one chain from the step's start, each update due two windows before its unit's
+        item (the step model's fluid schedule)."""
+        done = total = 0.0
+        end = self.opt_due[-1]
+        for k in range(self.F):
+            t = max(base[k], self.opt_due[k] - done)
+            done = min(end, done + t)
+            total += t
+        return total
 
     def state(self, tiers, keep, k):
         """Everything the incremental evaluations need about the plan (tiers, keep, k)."""
@@ -131,7 +145,11 @@ class FastModel:
             for off, l in enumerate(range(e - 1, s - 1, -1)):
                 pos_b[l] = end - (e - s) + off
         ws = {s: self._seg_ws(s, e, tiers) for s, (_, _, e) in block.items()}
-        return dict(tiers=tiers, keep=keep, k=k, seq=seq, wc=wc, total=sum(wc), block=block, pos_b=pos_b, ws=ws,
+        top = sorted(((v, key) for key, v in ws.items()), reverse=True)[:3]  # a move replaces at most 2
+        fwd, bwd = self.forward_total(wc), sum(wc[self.F:])
+        return dict(tiers=tiers, keep=keep, k=k, seq=seq, wc=wc, fwd=fwd, bwd=bwd, total=fwd + bwd, block=block,
+                    pos_b=pos_b, ws=ws,
+                    ws_top=top,
                     dev=sum(self.A[i] for i in range(1, self.L) if tiers[i] == "device"),
                     res=sum(r for r, kp in zip(self.R, keep) if kp),
                     host=sum(a for a, t in zip(self.A, tiers) if t == "host"),
@@ -175,8 +193,15 @@ class FastModel:
         lo, hi = max(0, a - 2), min(len(seq), b + 2)
         old_idx = set(range(lo, hi)) | f_pos
         new_idx = set(range(lo, min(len(seq2), b + 2 + shift))) | f_pos
-        total = st["total"] - sum(wc[j] for j in old_idx) + sum(self.window(seq2, j, new_tiers) for j in new_idx)
-        ws = max([v for key, v in st["ws"].items() if key not in (s, i)] + new_ws)
+        F = self.F
+        new = {j: self.window(seq2, j, new_tiers) for j in new_idx}
+        bwd = st["bwd"] - sum(wc[j] for j in old_idx if j >= F) + sum(v for j, v in new.items() if j >= F)
+        if any(j < F and v != wc[j] for j, v in new.items()):
+            fwd = self.forward_total([new.get(j, wc[j]) for j in range(F)])
+        else:
+            fwd = st["fwd"]
+        total = fwd + bwd
+        ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
         dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
         peak = self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
         return total, peak
@@ -189,7 +214,7 @@ class FastModel:
         seq = st["seq"]
         item = seq[pos]
         seq2 = seq[:pos] + [(c,) + item[1:]] + seq[pos + 1:]
-        total = st["total"] - st["wc"][pos] + self.window(seq2, pos, st["tiers"])
+        total = st["total"] - st["wc"][pos] + self.window(seq2, pos, st["tiers"])  # a backward window
         peak = self.peak_of(st) + (-self.R[l] if keep[l] else self.R[l])
         return total, peak
 
@@ -241,20 +266,38 @@ class FastModel:
                 and self.nvme_bytes(tiers) <= hw.nvme_memory)
 
 
+class Budget:
+    """A count of move evaluations the local search may spend (deterministic, unlike a clock)."""
+
+    def __init__(self, evaluations: int):
+        self.left = evaluations
+
+    def spend(self, n: int = 1) -> bool:
+        self.left -= n
+        return self.left >= 0
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= 0
+
+
+DEFAULT_EVALUATIONS = 3000
+
+
 def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
-                   time_budget_s: float = 1.0, starts=(), memory_first: bool = False) -> Plan | None:
+                   max_evaluations: int = DEFAULT_EVALUATIONS, starts=(), memory_first: bool = False) -> Plan | None:
     """The best plan found by greedy construction and local search (None if none fits).
 
     Args:
       costs, hardware: the problem; max_segment_length, max_resident_tail: the MILP's space.
-      time_budget_s: wall-clock budget of the local search (the constructions always run).
+      max_evaluations: move evaluations the local search may spend (the constructions always run);
+        a count, so the result does not depend on the machine's speed or load.
       starts: extra Plans to improve (e.g. fitting heuristics); those outside the space are skipped.
     Returns:
       A Plan named ``search`` (pipelined optimizer, depth 1) inside the MILP's decision space.
     Example:
       >>> heuristic_plan(costs, Hardware.preset("h800")).predicted_step_time_s
     """
-    t0 = time.perf_counter()
     fm = FastModel(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail)
     candidates = []
     for use_nvme in ((False, True) if hardware.nvme_memory > 0 else (False,)):
@@ -275,7 +318,7 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
     if not candidates:
         return None
     scored = sorted(((fm.step_time(*sol), idx, sol) for idx, sol in enumerate(candidates)))
-    t_end = max(time.perf_counter(), t0) + time_budget_s
+    evals = Budget(max_evaluations)
     best, best_t = scored[0][2], scored[0][0]
     seen = set()
     for _, _, sol in scored:
@@ -283,10 +326,10 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
         if key in seen:
             continue
         seen.add(key)
-        sol, t = _local_search(fm, sol, t_end)
+        sol, t = _local_search(fm, sol, evals)
         if t < best_t - 1e-12:
             best, best_t = sol, t
-        if time.perf_counter() > t_end:
+        if evals.spent:
             break
     tiers, keep, k = best
     return Plan.create(costs, hardware, name="search", boundary_tiers=tiers, keep_residuals=keep, resident_tail=k)
@@ -439,7 +482,7 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False)
     return st["tiers"], st["keep"], st["k"]
 
 
-def _local_search(fm, sol, t_end):
+def _local_search(fm, sol, evals):
     """First-improvement local search: tier changes, residual toggles, tail steps, then pair moves
     (two tier changes, or a tier change with a residual toggle) when no single move helps."""
     budget = fm.hw.device_memory
@@ -449,11 +492,11 @@ def _local_search(fm, sol, t_end):
     def better(total):
         return total < st["total"] - 1e-9 * max(1.0, st["total"])
 
-    while time.perf_counter() < t_end:
+    while not evals.spent:
         moved = False
         for i in range(1, L):
             for t in _tier_options(fm, i):
-                if _tier_move_ok(fm, st, i, t):
+                if _tier_move_ok(fm, st, i, t) and evals.spend():
                     total, peak = fm.try_tier(st, i, t)
                     if peak <= budget and better(total):
                         st = _apply_tier(fm, st, i, t)
@@ -473,14 +516,14 @@ def _local_search(fm, sol, t_end):
         # pair moves: first change (any, even worsening or over budget), then a repairing second one
         for i in range(1, L):
             for t in _tier_options(fm, i):
-                if not _tier_move_ok(fm, st, i, t):
+                if not _tier_move_ok(fm, st, i, t) or not evals.spend(4):
                     continue
                 mid = _apply_tier(fm, st, i, t)
                 for j in range(1, L):
                     if j == i:
                         continue
                     for u in _tier_options(fm, j):
-                        if _tier_move_ok(fm, mid, j, u):
+                        if _tier_move_ok(fm, mid, j, u) and evals.spend():
                             total, peak = fm.try_tier(mid, j, u)
                             if peak <= budget and better(total):
                                 st, moved = _apply_tier(fm, mid, j, u), True
@@ -494,9 +537,9 @@ def _local_search(fm, sol, t_end):
                             if peak <= budget and better(total):
                                 st, moved = _toggle_residuals(fm, mid, l), True
                                 break
-                if moved or time.perf_counter() > t_end:
+                if moved or evals.spent:
                     break
-            if moved or time.perf_counter() > t_end:
+            if moved or evals.spent:
                 break
         if not moved:
             break

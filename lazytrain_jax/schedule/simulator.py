@@ -1,15 +1,16 @@
 """Discrete-event simulator of consecutive steps of any Plan on any Hardware.
 
-Channels: compute, H2D, D2H, NVMe read, NVMe write (FIFO each) and the host optimizer. Transfers are
-issued where ``timing.py`` places them, and then obey their real dependencies instead of the
+Channels: compute, H2D, D2H, NVMe read, NVMe write (FIFO each) and the host optimizer. It plays the
+transfers of the step model (``steps.transfers``) as events in continuous time instead of the
 window formula:
 
-- an item computes after the previous item, after its inputs arrived, and after every transfer
-  issued in the previous window finished (bounded in-flight traffic: the executor's discipline);
-- an NVMe write starts after the boundary's D2H; an upload of an NVMe boundary after its read;
-- the host optimizer runs as one chain from the end of a step's backward (global norm known), unit
-  by unit in forward order; the next step's upload of a unit waits for that unit's update
-  (pipelined), or the next step waits for the whole update (serial).
+- a transfer is issued when the item of its release window starts, and runs when its channel is
+  free (FIFO in issue order) and its inputs exist: an NVMe write after the boundary's D2H, an upload
+  of an NVMe boundary after its read, a forward weight upload after that unit's update;
+- an item computes after the previous item and after every transfer due in the previous window
+  (its deadline) finished: the executor's bounded in-flight traffic;
+- the host optimizer updates unit by unit as one chain from the step's start, each update due
+  before its unit's upload may begin (pipelined), or all in P0 (serial).
 
 Device memory over time is accounted per allocation (weights from upload start to the end of
 their last use, boundaries from production to their last use or the end of their offload,
@@ -21,9 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from lazytrain_jax.schedule import memory, timing
+from lazytrain_jax.schedule import memory, steps
+from lazytrain_jax.schedule.hardware import check_positive_int
 
-TRANSFER_CHANNELS = ("h2d", "d2h", "nvme_read", "nvme_write")
+TRANSFER_CHANNELS = steps.TRANSFER_CHANNELS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,6 +57,40 @@ class SimResult:
     intervals: tuple[Interval, ...]
 
 
+class _Channel:
+    """One channel serving released transfers earliest deadline first, preemptively (transfers are
+    issued as chunks), in continuous time."""
+
+    def __init__(self, name, rate, intervals):
+        self.name, self.rate, self.intervals = name, rate, intervals
+        self.now = 0.0
+        self.jobs = []   # [deadline, order, release time, seconds left, label, step, key]
+        self.first_start = {}
+
+    def add(self, mv, at, label, step, key):
+        self.jobs.append([mv.deadline, len(self.jobs) + mv.item * 1e-6, at, mv.amount / self.rate, label, step, key])
+
+    def finish_due(self, deadline, done):
+        """Runs the channel until every job due by ``deadline`` is done; records their end in ``done``."""
+        while any(j[0] <= deadline and j[3] > 0 for j in self.jobs):
+            ready = [j for j in self.jobs if j[3] > 0 and j[2] <= self.now + 1e-15]
+            if not ready:
+                self.now = min(j[2] for j in self.jobs if j[3] > 0)
+                continue
+            job = min(ready, key=lambda j: (j[0], j[1]))
+            later = [j[2] for j in self.jobs if j[3] > 0 and j[2] > self.now + 1e-15 and (j[0], j[1]) < (job[0], job[1])]
+            run = min([job[3]] + [r - self.now for r in later])
+            start, self.now = self.now, self.now + run
+            job[3] -= run
+            self.first_start.setdefault(job[6], start)
+            if run > 0:
+                self.intervals.append(Interval(channel=self.name, name=job[4], start=start, end=self.now, step=job[5]))
+            if job[3] <= 1e-15:
+                job[3] = 0.0
+                done[job[6]] = self.now
+        self.jobs = [j for j in self.jobs if j[3] > 0]
+
+
 def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
     """Simulates ``num_steps`` consecutive steps of ``plan`` (on its own hardware by default).
 
@@ -65,94 +101,64 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
     Example:
       >>> r = simulate(plan, num_steps=3); r.step_time_s, r.peak_device_bytes
     """
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(f"num_steps={num_steps!r} must be an integer >= 1")
+    check_positive_int("num_steps", num_steps)
     hw = hardware or plan.hardware
     costs = plan.costs
-    wins = timing.windows(costs, hw, plan)
-    seq = [w.item for w in wins]
-    a = costs.boundary_bytes
-    tiers = plan.boundary_tiers
-    rates = {"h2d": hw.h2d_bw, "d2h": hw.d2h_bw, "nvme_read": hw.nvme_read_bw, "nvme_write": hw.nvme_write_bw}
-    free = dict.fromkeys(TRANSFER_CHANNELS + ("compute", "optimizer"), 0.0)
+    seq = steps.items(costs, plan)
+    moves = steps.transfers(costs, plan, seq)
+    rate = steps.rates(hw)
     intervals: list[Interval] = []
-    opt_done: dict[int, float] = {}
+    chans = {ch: _Channel(ch, rate[ch], intervals) for ch in TRANSFER_CHANNELS}
     step_starts, stalls = [], 0.0
-    prev_backward_end = 0.0
     t = 0.0
-    num_units = len(costs.num_params)
+    compute_free = 0.0
     n = len(seq)
-
-    def run(channel, name, ready, duration, step):
-        start = max(free[channel], ready)
-        end = start + duration
-        free[channel] = end
-        if duration > 0:
-            intervals.append(Interval(channel=channel, name=name, start=start, end=end, step=step))
-        return end
-
+    released: dict[int, list] = {}
+    due_keys: dict[int, list] = {}
+    for mv in moves:
+        released.setdefault(mv.release, []).append(mv)
+        due_keys.setdefault(mv.deadline, []).append((mv.kind, mv.item, mv.ref))
+    marks = {}
     for step in range(num_steps):
-        # host optimizer chain for this step's weights (the update of the previous step's gradients)
-        ready = prev_backward_end
-        for u in range(num_units):
-            ready = run("optimizer", f"update {costs.unit_names[u]}", ready,
-                        costs.num_params[u] / hw.host_opt_rate, step)
-            opt_done[u] = ready
-        all_updated = ready
         step_starts.append(t)
-        barrier = t if plan.optimizer_mode == "pipelined" else max(t, all_updated)
         marks = {}
-        nvme_read_done: dict[int, float] = {}
-        d2h_done: dict[int, float] = {}
+        done: dict[tuple, float] = {}
         stall = 0.0
+        ready = t
         for k, item in enumerate(seq):
-            start = max(free["compute"], barrier)
-            stall += start - free["compute"] if k > 0 else 0.0
-            end = run("compute", item.name, start, item.compute, step)
+            start = max(compute_free, ready)
+            if k > 0:
+                stall += start - compute_free
+            end = start + item.compute
+            if item.compute > 0:
+                intervals.append(Interval(channel="compute", name=item.name, start=start, end=end, step=step))
+            compute_free = end
             marks[("item", item.name)] = (start, end)
-            issued = [end]
-            # H2D for item k + 1 (weights wait for their update in the forward)
-            if k + 1 < n:
-                nxt = seq[k + 1]
-                if nxt.weight_bytes:
-                    ready = start
-                    if nxt.phase in ("forward", "head") and nxt.weight_unit is not None:
-                        ready = max(ready, opt_done[nxt.weight_unit])
-                    up_end = run("h2d", f"weights {nxt.name}", ready, nxt.weight_bytes / rates["h2d"], step)
-                    issued.append(up_end)
-                    marks[("weights", nxt.name)] = max(free["h2d"] - nxt.weight_bytes / rates["h2d"], start)
-                if nxt.boundary_in is not None:
-                    ready = max(start, nvme_read_done.get(nxt.boundary_in, start))
-                    up_end = run("h2d", f"boundary {nxt.boundary_in}", ready, a[nxt.boundary_in] / rates["h2d"], step)
-                    issued.append(up_end)
-                    marks[("upload", nxt.boundary_in)] = up_end - a[nxt.boundary_in] / rates["h2d"]
-            if k + 2 < n and seq[k + 2].boundary_in is not None and tiers[seq[k + 2].boundary_in] == "nvme":
-                b = seq[k + 2].boundary_in
-                nvme_read_done[b] = run("nvme_read", f"read {b}", start, a[b] / rates["nvme_read"], step)
-                issued.append(nvme_read_done[b])
-            if k >= 1:
-                prev = seq[k - 1]
-                if prev.grad_bytes:
-                    issued.append(run("d2h", f"grads {prev.name}", start, prev.grad_bytes / rates["d2h"], step))
-                    marks[("grads", prev.name)] = issued[-1]
-                if prev.produces is not None and tiers[prev.produces] in memory.OFFLOAD_TIERS:
-                    d2h_done[prev.produces] = run("d2h", f"offload {prev.produces}", start,
-                                                  a[prev.produces] / rates["d2h"], step)
-                    issued.append(d2h_done[prev.produces])
-            if k >= 2 and seq[k - 2].produces is not None and tiers[seq[k - 2].produces] == "nvme":
-                b = seq[k - 2].produces
-                issued.append(run("nvme_write", f"write {b}", max(start, d2h_done[b]), a[b] / rates["nvme_write"], step))
-            barrier = max(issued)
-            if item.name == "P0" and plan.optimizer_mode == "serial":
-                barrier = max(barrier, all_updated)
+            for mv in released.get(k, ()):
+                name = seq[mv.item].name
+                label = f"{mv.kind} {name}" if mv.kind in ("weights", "grads", "update") else f"{mv.kind} {mv.ref}"
+                chans[mv.channel].add(mv, start, label, step, (mv.kind, mv.item, mv.ref))
+            for ch in chans.values():
+                ch.finish_due(k, done)
+            ready = max([end] + [done[key] for key in due_keys.get(k, ())])
+        for (kind, j, ref), s0 in [(key, s) for ch in chans.values() for key, s in ch.first_start.items()]:
+            if kind == "weights":
+                marks[("weights", seq[j].name)] = s0
+            elif kind == "boundary":
+                marks[("upload", ref)] = s0
+        for (kind, j, ref), s1 in done.items():
+            if kind == "grads":
+                marks[("grads", seq[j].name)] = s1
+            elif kind == "offload":
+                marks[("offload", ref)] = s1
+        for ch in chans.values():
+            ch.first_start = {}
         stalls = stall
-        marks.update({("offload", b): v for b, v in d2h_done.items()})
-        prev_backward_end = barrier
-        t = barrier
+        t = ready
     step_times = tuple(b - a_ for a_, b in zip(step_starts, step_starts[1:] + [t]))
     last = [iv for iv in intervals if iv.step == num_steps - 1]
     busy = {ch: sum(iv.end - iv.start for iv in last if iv.channel == ch)
-            for ch in ("compute",) + TRANSFER_CHANNELS + ("optimizer",)}
+            for ch in ("compute",) + TRANSFER_CHANNELS}
     curve, peak = device_memory_curve(plan, hw, marks)
     return SimResult(step_time_s=step_times[-1], step_times_s=step_times, busy_s=busy, exposed_stall_s=stalls,
                      peak_device_bytes=peak, memory_curve=curve, intervals=tuple(intervals))
@@ -212,4 +218,4 @@ def device_memory_curve(plan, hardware, marks) -> tuple[tuple[tuple[float, float
 
 
 def _items(plan):
-    return timing.items(plan.costs, plan)
+    return steps.items(plan.costs, plan)

@@ -47,7 +47,14 @@ def test_plan_json_round_trip_and_explain(tmp_path):
     path = tmp_path / "plan.json"
     p.save(str(path))
     assert Plan.load(str(path)) == p
-    assert "total" in p.explain() and "layer" in p.explain()
+    lines = p.explain().splitlines()
+    rows = [ln.split() for ln in lines[2:2 + p.num_layers]]
+    assert [int(r[0]) for r in rows] == list(range(p.num_layers))
+    assert [r[1] for r in rows] == list(p.boundary_tiers[:-1])          # each layer's input tier
+    total = lines[2 + p.num_layers].split()
+    assert total[0] == "total" and int(total[1]) == sum(p.recompute) and int(total[3]) == p.resident_tail
+    assert float(total[4]) == pytest.approx(sum(float(r[-3]) for r in rows), abs=0.02)  # H2D GB column sums
+    assert f"{p.predicted_step_time_s:.3f} s" in p.explain()
     d = json.loads(p.to_json())
     d["version"] = 99
     with pytest.raises(ValueError, match="version"):
@@ -111,10 +118,48 @@ def test_bad_inputs():
         Plan.create(costs, Hardware.preset("h100"), name="x", boundary_tiers=["device"] * 3)
 
 
-def test_costs_round_trip_and_heterogeneous_lists():
-    costs = analytic_costs(get_preset("qwen2.5-0.5b"), batch_size=2, seq_len=64, device_flops=1e13)
+def test_costs_round_trip_and_heterogeneous_layers():
+    """Layers of different kinds and sizes are first class: every per-unit list is read per layer."""
+    import dataclasses
+
+    from lazytrain_jax.schedule import memory, steps, timing
+    from lazytrain_jax.schedule.costs import synthetic_costs
+    base = synthetic_costs(num_layers=4, weight_bytes=[1e8, 4e8, 2e8, 3e8], boundary_bytes=[1e7, 2e7, 3e7, 4e7, 5e7],
+                           fwd_time=[0.01, 0.04, 0.02, 0.03], residual_bytes=[5e7, 6e7, 7e7, 8e7], head_bytes=5e8,
+                           head_time=0.02)
+    costs = dataclasses.replace(base, unit_kinds=("embed", "decoder", "gated_deltanet", "decoder", "gated_deltanet",
+                                                  "head"))
     assert sch.Costs.from_json(costs.to_json()) == costs
-    assert len(costs.fwd_time) == costs.num_layers + 2 and len(costs.boundary_bytes) == costs.num_layers + 1
+    hw = Hardware(device_memory=80e9, h2d_bw=1e10, d2h_bw=1e10, device_flops=1e14)
+    p = Plan.create(costs, hw, name="x", boundary_tiers=["device", "host", "drop", "device", "device"],
+                    keep_residuals=[True, False, True, False])
+    seq = {it.name: it for it in timing.items(costs, p)}
+    for l in range(4):
+        assert seq[f"F{l}"].compute == costs.fwd_time[l + 1] and seq[f"F{l}"].weight_bytes == costs.weight_bytes[l + 1]
+        expect = costs.bwd_time[l + 1] if p.keep_residuals[l] else costs.bwd_recompute_time[l + 1]
+        assert seq[f"B{l}"].compute == expect
+        assert costs.unit_names[seq[f"B{l}"].weight_unit] == f"layer_{l}"
+    assert seq["RC1"].compute == costs.fwd_time[2] and seq["RC1"].boundary_in == 1  # segment (1, 3) from host
+    moved = {t.kind: t for t in steps.transfers(costs, p) if t.ref == 1 and t.kind in ("offload", "boundary")}
+    assert moved["offload"].amount == moved["boundary"].amount == costs.boundary_bytes[1]
+    d = memory.device_breakdown(costs, hw, p)
+    assert d["weight_buffers"] == 2 * 4e8 and d["residuals"] == 5e7 + 7e7 and d["boundaries_device"] == 4e7
+    assert d["recompute_working_set"] == costs.boundary_bytes[2] + costs.boundary_bytes[1]
+
+
+def test_unit_addressing():
+    from lazytrain_jax.schedule import steps
+    costs = analytic_costs(get_preset("qwen2.5-0.5b"), batch_size=1, seq_len=64, device_flops=1e13)
+    L = costs.num_layers
+    for u, name in enumerate(costs.unit_names):
+        assert steps.unit_name(u, L) == name and steps.unit_index(name, L) == u
+    assert steps.unit_param_path(0, L) == ("embed",) and steps.unit_param_path(3, L) == ("layers", 2)
+    assert steps.unit_param_path(L + 1, L) == ("head",) and steps.layer_unit(2) == 3
+    for bad in ("layer_99", "layers_1", "lm_head"):
+        with pytest.raises(ValueError, match="unit name"):
+            steps.unit_index(bad, L)
+    with pytest.raises(ValueError, match="unit="):
+        steps.unit_name(L + 2, L)
 
 
 def test_trace_and_gantt(tmp_path):

@@ -1,0 +1,128 @@
+"""The step model's consumers agree: simulator, MILP (with its decisions fixed) and timing model."""
+
+import random
+import time
+
+import pytest
+
+from lazytrain_jax.schedule import memory, milp, steps, timing
+from lazytrain_jax.schedule.costs import synthetic_costs
+from lazytrain_jax.schedule.hardware import Hardware
+from lazytrain_jax.schedule.plan import Plan
+from lazytrain_jax.schedule.simulator import simulate
+
+GB = 1e9
+
+
+def random_instance(rng, num_layers, roomy=True):
+    L = num_layers
+    costs = synthetic_costs(
+        num_layers=L, weight_bytes=[rng.uniform(0.05, 3) * GB for _ in range(L)],
+        boundary_bytes=[rng.uniform(0.05, 2) * GB for _ in range(L + 1)],
+        fwd_time=[rng.uniform(0.005, 0.2) for _ in range(L)], head_bytes=rng.uniform(0.1, 2) * GB,
+        head_time=rng.uniform(0.005, 0.1), residual_bytes=[rng.uniform(0.5, 3) * GB for _ in range(L)],
+        workspace_bytes=0.3 * GB, head_workspace_bytes=GB)
+    hw = Hardware(device_memory=1e15 if roomy else 1.0, host_memory=1e15, nvme_memory=1e15,
+                  h2d_bw=rng.uniform(5, 100) * GB, d2h_bw=rng.uniform(5, 100) * GB,
+                  nvme_read_bw=rng.uniform(1, 5) * GB, nvme_write_bw=rng.uniform(1, 5) * GB, device_flops=1e14,
+                  host_opt_rate=rng.uniform(1e9, 2e10), device_margin=0.5 * GB)
+    return costs, hw
+
+
+def random_plan(rng, costs, hw, max_depth=3, modes=("pipelined", "serial")):
+    L = costs.num_layers
+    tiers = ["device"] + [rng.choice(["device", "host", "drop"] + (["nvme"] if steps.nvme_allowed(i, L) else []))
+                          for i in range(1, L)] + ["device"]
+    return Plan.create(costs, hw, name="random", boundary_tiers=tiers,
+                       keep_residuals=[rng.random() < 0.5 for _ in range(L)], resident_tail=rng.randint(0, L),
+                       weight_prefetch_depth=rng.randint(1, max_depth), act_prefetch_depth=rng.randint(1, max_depth),
+                       optimizer_mode=rng.choice(modes))
+
+
+def test_reproducer_simulator_equals_timing():
+    # a big layer with a short forward between two long ones; before the step model the timing model
+    # said 2.068 s and the simulator 1.948 s (the host optimizer modelled two ways)
+    costs = synthetic_costs(num_layers=4, weight_bytes=[0.2e9, 3e9, 0.2e9, 0.2e9], boundary_bytes=1e8,
+                            fwd_time=[0.15, 0.02, 0.15, 0.15], head_bytes=0.2e9, head_time=0.02)
+    hw = Hardware(device_memory=80e9, h2d_bw=100e9, d2h_bw=100e9, device_flops=1e14, host_opt_rate=1e10)
+    for depth in (1, 2, 3):
+        p = Plan.create(costs, hw, name="every_layer", boundary_tiers=["device"] * 5, weight_prefetch_depth=depth)
+        sim = simulate(p, num_steps=3)
+        assert sim.step_time_s == pytest.approx(p.predicted_step_time_s, rel=1e-9)
+        assert sim.peak_device_bytes <= p.predicted_peak_device_bytes
+    # layer 1's update (1.5e9 params at 1e10/s = 0.15 s) has its own window two before F1
+    wins = timing.windows(costs, hw, Plan.create(costs, hw, name="x", boundary_tiers=["device"] * 5))
+    assert [w.item.name for w in wins][2] == "FE" and wins[2].seconds["optimizer"] == pytest.approx(0.15)
+
+
+def test_simulator_equals_timing_on_random_plans():
+    rng = random.Random(0)
+    for _ in range(120):
+        costs, hw = random_instance(rng, rng.randint(3, 12))
+        p = random_plan(rng, costs, hw)
+        sim = simulate(p, num_steps=2)
+        assert abs(sim.step_time_s - p.predicted_step_time_s) <= 1e-9 * p.predicted_step_time_s, p
+        assert sim.peak_device_bytes <= p.predicted_peak_device_bytes * (1 + 1e-12)
+
+
+def test_deeper_prefetch_hides_an_exposed_upload():
+    # layer 1's 3 GB upload (30 ms) behind F0 (40 ms) fits at depth 1; layer 2's 3 GB behind F1's 5 ms
+    # does not; at depth 2 it may start in F0's window, so the step shortens by the exposure
+    costs = synthetic_costs(num_layers=4, weight_bytes=[0.1e9, 0.1e9, 3e9, 0.1e9], boundary_bytes=1e7,
+                            fwd_time=[0.04, 0.005, 0.04, 0.04], head_bytes=0.1e9, head_time=0.01)
+    hw = Hardware(device_memory=80e9, h2d_bw=100e9, d2h_bw=100e9, device_flops=1e14, host_opt_rate=1e12)
+    one = Plan.create(costs, hw, name="d1", boundary_tiers=["device"] * 5)
+    two = Plan.create(costs, hw, name="d2", boundary_tiers=["device"] * 5, weight_prefetch_depth=2)
+    w1 = {w.item.name: w for w in timing.windows(costs, hw, one)}
+    w2 = {w.item.name: w for w in timing.windows(costs, hw, two)}
+    assert w1["F1"].time == pytest.approx(0.03)          # upload of layer 2's weights exposed
+    assert w2["F1"].time == pytest.approx(0.005 + 0.0)  # ... done in F0's spare 40 - 1 ms instead
+    assert two.predicted_step_time_s < one.predicted_step_time_s
+    assert two.predicted_peak_device_bytes == one.predicted_peak_device_bytes + 3e9  # one more buffer
+    assert simulate(two).step_time_s == pytest.approx(two.predicted_step_time_s, rel=1e-9)
+
+
+def fixed_milp_value(plan, S, K):
+    built = milp.build(plan.costs, plan.hardware, max_segment_length=S, max_resident_tail=K,
+                       weight_prefetch_depth=plan.weight_prefetch_depth, act_prefetch_depth=plan.act_prefetch_depth)
+    start = milp._start_values(plan, built)
+    assert start, "plan should be inside the MILP's space"
+    for var, value in start:
+        var.lb = var.ub = value
+    with milp._quiet_stdout():
+        built.model.optimize()
+    return built.model.objective_value
+
+
+def test_milp_objective_equals_step_model_on_fixed_plans():
+    rng = random.Random(1)
+    for _ in range(40):
+        costs, hw = random_instance(rng, rng.randint(3, 8))
+        p = random_plan(rng, costs, hw, max_depth=2, modes=("pipelined",))
+        L = costs.num_layers
+        assert fixed_milp_value(p, L, L) == pytest.approx(p.predicted_step_time_s, rel=1e-5)
+
+
+def test_tight_budgets_randomized():
+    """Budgets just above and below what plans need: no crash, every plan fits and its gap is valid."""
+    rng = random.Random(2)
+    t0 = time.perf_counter()
+    solved = infeasible = 0
+    for trial in range(100):
+        costs, hw = random_instance(rng, rng.randint(3, 6))
+        base = sum(memory.constant_bytes(costs, hw).values())
+        tight = hw.replace(device_memory=base + rng.uniform(-0.2, 3.0) * GB, host_memory=rng.uniform(0, 4) * GB,
+                           nvme_memory=rng.choice([0.0, rng.uniform(0, 4) * GB]))
+        if tight.device_memory <= tight.device_margin:
+            continue
+        p = milp.solve(costs, tight, rel_gap=rng.choice([0.0, 1e-2]), max_segment_length=rng.randint(1, 4),
+                       search_evaluations=200)
+        if p is None:
+            infeasible += 1
+            continue
+        solved += 1
+        assert p.fits(), trial
+        assert 0.0 <= p.gap <= 1e-2 + 1e-9, (trial, p.gap)
+        assert p.predicted_step_time_s == pytest.approx(timing.step_time(costs, tight, p), rel=1e-12)
+    assert solved >= 25 and infeasible >= 10  # both sides of the frontier were exercised
+    print(f"{solved} solved, {infeasible} infeasible in {time.perf_counter() - t0:.1f} s")
