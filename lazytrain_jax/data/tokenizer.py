@@ -81,7 +81,7 @@ def arithmetic_tokenizer(out_dir: str | os.PathLike, *, chat_template: str | Non
 
     problems = arithmetic_problems(num_digits=2)[::7]
     texts = [f"Question: {p.query}\nAnswer: {p.response}" for p in problems]
-    return train_tokenizer(texts, out_dir, vocab_size=300, chat_template=chat_template)
+    return train_tokenizer(texts, out_dir, vocab_size=320, chat_template=chat_template)
 
 
 def load_tokenizer(path: str | os.PathLike):
