@@ -80,7 +80,8 @@ def arithmetic_tokenizer(out_dir: str | os.PathLike, *, chat_template: str | Non
     from lazytrain_jax.data.synthetic import arithmetic_problems
 
     problems = arithmetic_problems(num_digits=2)[::7]
-    texts = [f"Question: {p.query}\nAnswer: {p.response}" for p in problems]
+    texts = [f"{p.query}\n{p.response}" for p in problems] + [f"Question: {p.query}\nAnswer: {p.response}"
+                                                               for p in problems[::5]]
     return train_tokenizer(texts, out_dir, vocab_size=320, chat_template=chat_template)
 
 
