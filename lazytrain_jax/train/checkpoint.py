@@ -63,8 +63,9 @@ def write_checkpoint(directory: str, step: int, state: dict, meta: dict, plan_js
         leaves, offset = [], 0
         with open(os.path.join(tmp, "arrays.bin"), "wb") as f:
             for name, leaf in _flatten(state):
-                arr = np.ascontiguousarray(np.asarray(leaf))
-                data = arr.view(np.uint8).reshape(-1) if arr.size else b""
+                arr = np.asarray(leaf)
+                arr = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
+                data = arr.reshape(-1).view(np.uint8) if arr.size else b""
                 f.write(data)
                 leaves.append({"path": name, "dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset,
                                "nbytes": arr.nbytes, "crc32": zlib.crc32(data)})

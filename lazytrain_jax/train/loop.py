@@ -27,6 +27,7 @@ class TrainResult:
       records: every JSONL record (step metrics and evals), resumed history included.
       summary: medians, peaks and the final exact match (see ``metrics.summarize``).
       eval: the last EvalResult (or None); checkpoint: the last checkpoint's path (or None).
+      opt_state: the final optimizer state (numpy leaves).
     """
 
     model: Any
@@ -38,6 +39,7 @@ class TrainResult:
     eval: Any = None
     checkpoint: str | None = None
     log_dir: str | None = None
+    opt_state: Any = None
 
 
 def _resolve_model(model):
@@ -111,7 +113,7 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
           resume: bool = True, device_memory: float | None = None, batch_size: int | None = None,
           hardware: str = "measured", stream_dtype: str = "bfloat16", offload_dir: str | None = None,
           export_dir: str | None = None, max_new_tokens: int = 256, eval_batch_size: int = 64,
-          progress: bool = True, print_fn=print) -> TrainResult:
+          progress: bool = True, print_fn=print, on_step=None) -> TrainResult:
     """Fine-tunes (or trains) a model layer-streamed under a Plan.
 
     Args:
@@ -136,6 +138,7 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
       export_dir: save the final weights (and the tokenizer) as a Hugging Face directory.
       max_new_tokens, eval_batch_size: generation settings of the eval.
       progress: show a tqdm bar; print_fn: where plan and summary lines go (None: silent).
+      on_step: called as ``on_step(record)`` after every step with its JSONL record.
 
     Returns:
       TrainResult.
@@ -236,6 +239,8 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
             lr = float(sched(step - 1)) if sched is not None else float("nan")
             rec = mt.step_record(step, m, lr=lr, flops=flops, peak=peak, tokens_per_step=tokens_per_step)
             log.write(rec)
+            if on_step is not None:
+                on_step(rec)
             if bar is not None:
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", refresh=False)
                 bar.update(1)
@@ -269,7 +274,8 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
             if hasattr(data, "tokenizer"):
                 data.tokenizer.save_pretrained(export_dir)
         return TrainResult(model=final, plan=plan, steps=steps, start_step=start_step, records=list(log.records),
-                           summary=summary, eval=result_eval, checkpoint=last_ckpt, log_dir=log_dir)
+                           summary=summary, eval=result_eval, checkpoint=last_ckpt, log_dir=log_dir,
+                           opt_state=engine.opt_state)
     finally:
         engine.close()
         if log is not None:
