@@ -48,7 +48,7 @@ def auto_plan(model, *, batch_size: int, seq_len: int, device_memory: float | No
     if hardware == "measured":
         import lazytrain_jax as lt
         costs, hw = lt.profile(model, batch_size, seq_len, num_micro_batches=num_micro_batches,
-                               stream_dtype=stream_dtype, offload_dir=offload_dir)
+                               stream_dtype=stream_dtype, offload_dir=offload_dir, device_memory=device_memory)
     else:
         hw = Hardware.preset(hardware)
         costs = unit_costs(model, batch_size=batch_size, seq_len=seq_len, num_micro_batches=num_micro_batches,

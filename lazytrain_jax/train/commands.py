@@ -126,7 +126,8 @@ def _profile(args) -> int:
 
     model = lt.load_model(args.model) if os.path.isdir(args.model) else lt.init_model(args.model)
     costs, hw = lt.profile(model, args.batch_size, args.seq_len, num_micro_batches=args.num_micro_batches,
-                           stream_dtype=args.stream_dtype, offload_dir=args.offload_dir)
+                           stream_dtype=args.stream_dtype, offload_dir=args.offload_dir,
+                           device_memory=args.device_memory)
     for key, value in costs.summary().items():
         print(f"{key:<24} {value}")
     for key, value in hw.to_dict().items():
@@ -189,6 +190,7 @@ def register(sub) -> None:
     prof.add_argument("--num-micro-batches", type=int, default=1)
     prof.add_argument("--stream-dtype", default="bfloat16")
     prof.add_argument("--offload-dir")
+    prof.add_argument("--device-memory", type=float, help="device bytes (required on the CPU backend)")
     prof.add_argument("--out", help="save costs and hardware as JSON")
     prof.set_defaults(func=guarded(_profile))
     exp = sub.add_parser("export", help="write a training checkpoint's weights as a Hugging Face directory")

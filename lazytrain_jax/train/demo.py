@@ -70,7 +70,7 @@ def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed:
     say(f"data: {len(train_set)} training problems ({train_file}), {len(held_out)} held out; e.g. "
         f"{train_rows[0].query!r} -> {train_rows[0].response!r}")
     budget = demo_budget(model, DEMO_BATCH, DEMO_SEQ)
-    hardware = "measured" if hasattr(lt, "profile") else "rtx3090"
+    hardware = "measured"
     plan = auto_plan(model, batch_size=DEMO_BATCH, seq_len=DEMO_SEQ, device_memory=budget, hardware=hardware,
                      offload_dir=os.path.join(out_dir, "offload"))
     say(f"device budget {budget / 2**20:.2f} MiB (forces offload / recompute); plan:")
