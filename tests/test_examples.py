@@ -76,6 +76,7 @@ def test_optax_standalone(capsys):
         assert last < 0.5 * first, (name, first, last)
 
 
+@pytest.mark.slow  # the command path itself runs in tests/train/test_commands.py by default
 def test_config_metamathqa_yaml_runs_through_the_command(tmp_path, capsys):
     from lazytrain_jax.cli import main
     from lazytrain_jax.data import arithmetic_splits, write_jsonl

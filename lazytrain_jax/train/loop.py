@@ -260,10 +260,12 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
         if manager is not None:
             manager.close()
         if log_dir:
-            if engine.timeline.intervals:
+            timeline = engine.timeline
+            measured = timeline.to_dicts() if hasattr(timeline, "to_dicts") else [dict(iv) for iv in timeline]
+            if measured:
                 engine.save_trace(os.path.join(log_dir, "trace.json"))
                 from lazytrain_jax.schedule.simulator import simulate
-                mt.save_timeline_png(engine.timeline.to_dicts(), simulate(plan), os.path.join(log_dir, "timeline.png"))
+                mt.save_timeline_png(measured, simulate(plan), os.path.join(log_dir, "timeline.png"))
             mt.save_loss_png(log.records, os.path.join(log_dir, "loss.png"))
         summary = mt.summarize(log.records)
         if log_dir:

@@ -25,7 +25,7 @@ def _reference_greedy(model, prompts, num_steps):
     return [s[len(p):] for s, p in zip(seqs, prompts)], np.stack(logits, axis=1)
 
 
-@pytest.mark.parametrize("preset", ["qwen3-debug", "qwen2-debug", "llama-debug"])
+@pytest.mark.parametrize("preset", ["qwen3-debug", "qwen2-debug", pytest.param("llama-debug", marks=pytest.mark.slow)])
 def test_kv_cache_logits_and_tokens_match_forward(preset):
     model = lt.init_model(lt.get_preset(preset, num_layers=2), seed=3)
     rng = np.random.default_rng(0)
