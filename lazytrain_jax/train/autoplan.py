@@ -21,7 +21,7 @@ def device_memory_default() -> float:
 
 def auto_plan(model, *, batch_size: int, seq_len: int, device_memory: float | None = None,
               hardware: str = "measured", stream_dtype: str = "bfloat16", offload_dir: str | None = None,
-              num_micro_batches: int = 1, **plan_kw):
+              num_micro_batches: int = 1, device_margin: float | None = None, **plan_kw):
     """The MILP plan for ``model`` at (batch_size, seq_len) under ``device_memory``.
 
     Args:
@@ -29,7 +29,7 @@ def auto_plan(model, *, batch_size: int, seq_len: int, device_memory: float | No
         host optimizer rate here; or a hardware preset name (analytic unit times at its rates, the
         engine's real byte sizes).
       device_memory: bytes the plan may use (default: the accelerator's free memory; required on the
-        CPU backend). The hardware margin is capped at 5 % of it.
+        CPU backend). The hardware margin is capped at 5 % of it; ``device_margin`` sets it exactly.
 
     Returns:
       Plan. Raises ValueError (the planner's message) when nothing fits.
@@ -53,7 +53,8 @@ def auto_plan(model, *, batch_size: int, seq_len: int, device_memory: float | No
         hw = Hardware.preset(hardware)
         costs = unit_costs(model, batch_size=batch_size, seq_len=seq_len, num_micro_batches=num_micro_batches,
                            stream_dtype=stream_dtype, device_flops=hw.device_flops)
-    hw = hw.replace(device_memory=float(device_memory), device_margin=min(hw.device_margin, 0.05 * device_memory))
+    margin = min(hw.device_margin, 0.05 * device_memory) if device_margin is None else float(device_margin)
+    hw = hw.replace(device_memory=float(device_memory), device_margin=margin)
     try:
         return solve(costs, hw, **plan_kw)
     except ValueError as e:

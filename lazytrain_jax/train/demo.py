@@ -18,7 +18,6 @@ DEMO_PROMPT = "{query}\n"
 # the device budget: this fraction of the way from the smallest feasible peak to the peak with every
 # boundary on the device, so some boundaries must leave the device (host, NVMe) or be recomputed
 BUDGET_FRACTION = 0.4
-MARGIN_FRACTION = 0.05  # auto_plan's device margin on a budget this small
 
 
 def demo_budget(model, batch_size: int, seq_len: int, stream_dtype: str = "bfloat16",
@@ -37,7 +36,7 @@ def demo_budget(model, batch_size: int, seq_len: int, stream_dtype: str = "bfloa
     on_device = Plan.create(costs, hw, name="all-device", boundary_tiers=["device"] * (L + 1),
                             keep_residuals=[False] * L).predicted_peak_device_bytes
     least = milp.solve(costs, hw, objective="memory").predicted_peak_device_bytes
-    return (least + fraction * (on_device - least)) / (1 - MARGIN_FRACTION)
+    return least + fraction * (on_device - least)
 
 
 def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed: int = 0, num_eval: int = 256,
@@ -76,7 +75,7 @@ def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed:
         budget = demo_budget(model, DEMO_BATCH, DEMO_SEQ, fraction=fraction)
         try:
             plan = auto_plan(model, batch_size=DEMO_BATCH, seq_len=DEMO_SEQ, device_memory=budget,
-                             hardware="measured", offload_dir=os.path.join(out_dir, "offload"))
+                             hardware="measured", offload_dir=os.path.join(out_dir, "offload"), device_margin=0.0)
             break
         except AssertionError as e:  # an internal check of the MILP failed at this budget: say so, try another
             say(f"planner internal check failed at {budget / 2**20:.2f} MiB ({e}); trying a larger budget")
