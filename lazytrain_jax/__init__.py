@@ -30,6 +30,8 @@ _EXPORTS = {
     "plan": "lazytrain_jax.schedule.api",
     "Plan": "lazytrain_jax.schedule.plan",
     "Hardware": "lazytrain_jax.schedule.hardware",
+    "train": "lazytrain_jax.train.loop",
+    "TrainResult": "lazytrain_jax.train.loop",
     "StreamingEngine": "lazytrain_jax.executor.engine",
     "profile": "lazytrain_jax.executor.profiler",
 }

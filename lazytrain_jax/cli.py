@@ -1,7 +1,8 @@
 """The ``lazytrain`` command.
 
 Subcommands:
-  demo    build a small random model, print its parameter count and one loss/gradient (no download)
+  demo    train a tiny Qwen3 from scratch on 2-digit +/- through the streaming engine; exact match
+  train   train as a YAML/JSON config says (lt.train); eval, profile, export: see --help of each
   info    print the shape and parameter count of a preset or a Hugging Face checkpoint directory
   plan    plan a training step (MILP) for a model on a hardware preset; print it, save it as JSON
   version print the version
@@ -14,27 +15,6 @@ import dataclasses
 import math
 import os
 import sys
-
-
-def _demo(args) -> int:
-    import jax
-    import numpy as np
-
-    import lazytrain_jax as lt
-
-    model = lt.init_model(args.preset, seed=args.seed)
-    cfg = model.config
-    rng = np.random.default_rng(args.seed)
-    ids = rng.integers(0, cfg.vocab_size, (args.batch_size, args.seq_len)).astype(np.int32)
-    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": ids}
-    loss, grads = lt.loss_and_grad(model, batch)
-    grad_norm = float(np.sqrt(sum(float(np.sum(np.square(g))) for g in jax.tree.leaves(grads))))
-    print(f"model      {args.preset} ({cfg.model_type}, {cfg.num_layers} layers, hidden {cfg.hidden_size})")
-    print(f"parameters {model.num_params():,}")
-    print(f"batch      {args.batch_size} x {args.seq_len} random tokens")
-    print(f"loss       {float(loss):.4f}  (uniform guess: ln(vocab) = {np.log(cfg.vocab_size):.4f})")
-    print(f"grad norm  {grad_norm:.4f}")
-    return 0
 
 
 def _model_config(name: str):
@@ -179,13 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(prog="lazytrain", description=__doc__.split("\n\n")[0], formatter_class=fmt)
     parser.add_argument("--version", action="version", version=f"lazytrain_jax {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,info,plan,version}")
-    demo = sub.add_parser("demo", help="random debug model: parameter count and one loss", formatter_class=fmt)
-    demo.add_argument("--preset", default="qwen3-debug", help="model preset (lt.PRESETS)")
-    demo.add_argument("--seed", type=_int_at_least("--seed", 0), default=0, help="random seed (>= 0)")
-    demo.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=2, help="sequences")
-    demo.add_argument("--seq-len", type=_int_at_least("--seq-len", 2), default=32, help="tokens per sequence")
-    demo.set_defaults(func=_demo)
+    sub = parser.add_subparsers(dest="command", metavar="{demo,train,eval,profile,export,info,plan,version}")
+    from lazytrain_jax.train.commands import register
+    register(sub)  # demo, train, eval, profile, export
     info = sub.add_parser("info", help="shape and parameter count of a preset or checkpoint directory",
                           formatter_class=fmt)
     info.add_argument("model", help="preset name or Hugging Face checkpoint directory")

@@ -1,0 +1,86 @@
+"""Shared by the kill/resume test and benchmarks/kill_resume.py: run the driver, SIGKILL it, resume."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEPS = 8
+
+
+def driver_env(tokenizer_dir: str, cache_dir: str) -> dict:
+    env = dict(os.environ, LAZYTRAIN_TEST_TOKENIZER=tokenizer_dir, JAX_PLATFORMS="cpu",
+               JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return env
+
+
+def start(env, ckpt_dir, out, *extra):
+    return subprocess.Popen([sys.executable, "-m", "tests.train.kill_driver", ckpt_dir, out, str(STEPS), *extra],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def run_to_end(env, ckpt_dir, out, *extra) -> str:
+    proc = start(env, ckpt_dir, out, *extra)
+    text, _ = proc.communicate(timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"driver failed ({proc.returncode}):\n{text[-3000:]}")
+    return text
+
+
+def kill_when(proc, marker: str, delay_s: float) -> list[str]:
+    """Reads lines until one starts with ``marker``, sleeps, then SIGKILLs the process."""
+    seen = []
+    for line in proc.stdout:
+        seen.append(line.rstrip())
+        if line.startswith(marker):
+            break
+    else:
+        raise RuntimeError(f"the driver ended before {marker!r}:\n" + "\n".join(seen[-30:]))
+    if delay_s:
+        import time
+        time.sleep(delay_s)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return seen
+
+
+def same_npz(a: str, b: str) -> bool:
+    x, y = np.load(a), np.load(b)
+    return len(x.files) == len(y.files) and all(np.array_equal(x[k], y[k]) and x[k].dtype == y[k].dtype
+                                                for k in x.files)
+
+
+def resumed_from(text: str) -> int:
+    for line in text.splitlines():
+        if line.startswith("resumed from"):
+            return int(line.rsplit("step ", 1)[1].rstrip(")"))
+    return 0
+
+
+def chain(env, workdir: str, num_kills: int, rng: random.Random) -> list[dict]:
+    """One run killed ``num_kills`` times at random steps (random delay: mid-step or mid-write), each
+    time resumed, then finished. Returns one row per kill."""
+    ckpt_dir, out = os.path.join(workdir, "ckpt"), os.path.join(workdir, "out.npz")
+    rows, done = [], 0
+    for _ in range(num_kills):
+        proc = start(env, ckpt_dir, out)
+        target = rng.randint(done + 1, STEPS - 1) if done + 1 <= STEPS - 1 else STEPS - 1
+        delay = rng.uniform(0.0, 0.05)
+        seen = kill_when(proc, f"step {target}", delay)
+        rows.append({"killed_after_step": target, "delay_s": delay, "resumed_from": resumed_from("\n".join(seen))})
+        done = target
+    text = run_to_end(env, ckpt_dir, out)
+    rows.append({"final_resumed_from": resumed_from(text)})
+    return rows
+
+
+def fresh_dir(prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=prefix)
