@@ -162,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{demo,train,eval,profile,export,info,plan,version}")
     from lazytrain_jax.train.commands import register
     register(sub)  # demo, train, eval, profile, export
+    for command in sub.choices.values():
+        command.formatter_class = fmt
     info = sub.add_parser("info", help="shape and parameter count of a preset or checkpoint directory",
                           formatter_class=fmt)
     info.add_argument("model", help="preset name or Hugging Face checkpoint directory")

@@ -55,8 +55,8 @@ def test_errors_exit_1_and_name_the_problem(tmp_path, capsys, no_solving, argv, 
     (["plan", "qwen3-debug", "--batch-size", "-2"], r"--batch-size=-2 must be a positive integer"),
     (["demo", "--seed", "-1"], r"--seed=-1 must be an integer >= 0"),
     (["demo", "--seed", "x"], r"--seed='x' is not an integer"),
-    (["demo", "--seq-len", "1"], r"--seq-len=1 must be an integer >= 2"),
-    (["demo", "--batch-size", "0"], r"--batch-size=0 must be an integer >= 1"),
+    (["demo", "--steps", "0"], r"--steps=0 must be an integer >= 1"),
+    (["demo", "--num-eval", "-3"], r"--num-eval=-3 must be an integer >= 1"),
 ])
 def test_bad_options_exit_2_and_name_the_option(capsys, no_solving, argv, match):
     with pytest.raises(SystemExit) as e:
@@ -74,7 +74,8 @@ def test_every_option_has_help_and_shows_its_default():
         text = sub.format_help()
         for action in sub._actions:
             if action.option_strings and action.default not in (None, argparse.SUPPRESS) and action.dest != "help":
-                assert f"(default: {action.default})" in " ".join(text.split()), (name, action.dest)
+                default = " ".join(str(action.default).split())
+                assert f"(default: {default})" in " ".join(text.split()), (name, action.dest)
 
 
 def test_plan_table_gib_preset_name_and_host_footprint(tmp_path, capsys):

@@ -157,13 +157,16 @@ def _demo(args) -> int:
 
 def register(sub) -> None:
     """Adds train / eval / profile / export / demo to the ``lazytrain`` subparsers."""
+    from lazytrain_jax.cli import _int_at_least
     demo = sub.add_parser("demo", help="train a tiny Qwen3 from scratch on 2-digit +/- (streamed, offloaded); "
                                        "report exact match")
     demo.add_argument("--out", default="lazytrain-demo", help="directory for the log, PNGs and HF checkpoint")
-    demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's recipe)")
-    demo.add_argument("--num-eval", type=int, default=256, help="held-out problems")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--eval-every", type=int, default=None, help="also evaluate every N steps")
+    demo.add_argument("--steps", type=_int_at_least("--steps", 1), default=None,
+                      help="training steps (default: the demo's recipe)")
+    demo.add_argument("--num-eval", type=_int_at_least("--num-eval", 1), default=256, help="held-out problems")
+    demo.add_argument("--seed", type=_int_at_least("--seed", 0), default=0, help="random seed (>= 0)")
+    demo.add_argument("--eval-every", type=_int_at_least("--eval-every", 1), default=None,
+                      help="also evaluate every N steps")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     demo.set_defaults(func=guarded(_demo))
     train = sub.add_parser("train", help="train from a YAML/JSON config", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -177,19 +180,24 @@ def register(sub) -> None:
     ev.add_argument("data", help="MetaMathQA-format JSONL")
     ev.add_argument("--tokenizer", help="tokenizer directory (default: the model directory)")
     ev.add_argument("--num", type=int, default=0, help="first N examples (default: all)")
-    ev.add_argument("--max-new-tokens", type=int, default=256)
-    ev.add_argument("--batch-size", type=int, default=64)
+    ev.add_argument("--max-new-tokens", type=_int_at_least("--max-new-tokens", 1), default=256,
+                    help="generation limit per answer")
+    ev.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=64,
+                    help="problems generated together")
     ev.add_argument("--template", default="auto", help="auto | chat | plain")
-    ev.add_argument("--plain-prompt", default="Question: {query}\nAnswer: ")
-    ev.add_argument("--skip-bad-lines", action="store_true")
+    ev.add_argument("--plain-prompt", default="Question: {query}\nAnswer: ",
+                    help="prompt template when the tokenizer has no chat template")
+    ev.add_argument("--skip-bad-lines", action="store_true", help="skip malformed JSONL lines (counted)")
     ev.set_defaults(func=guarded(_eval))
     prof = sub.add_parser("profile", help="measure unit costs and this machine's rates (lt.profile)")
     prof.add_argument("model", help="preset name or Hugging Face model directory")
-    prof.add_argument("--batch-size", type=int, default=1)
-    prof.add_argument("--seq-len", type=int, default=512)
-    prof.add_argument("--num-micro-batches", type=int, default=1)
-    prof.add_argument("--stream-dtype", default="bfloat16")
-    prof.add_argument("--offload-dir")
+    prof.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=1, help="sequences per step")
+    prof.add_argument("--seq-len", type=_int_at_least("--seq-len", 1), default=512, help="tokens per sequence")
+    prof.add_argument("--num-micro-batches", type=_int_at_least("--num-micro-batches", 1), default=1,
+                      help="layer-major micro-batches")
+    prof.add_argument("--stream-dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                      help="dtype of streamed weights and activations")
+    prof.add_argument("--offload-dir", help="NVMe directory to measure (default: a temporary directory)")
     prof.add_argument("--device-memory", type=float, help="device bytes (required on the CPU backend)")
     prof.add_argument("--out", help="save costs and hardware as JSON")
     prof.set_defaults(func=guarded(_profile))
