@@ -75,7 +75,7 @@ def test_every_option_has_help_and_shows_its_default():
         for action in sub._actions:
             if action.option_strings and action.default not in (None, argparse.SUPPRESS) and action.dest != "help":
                 default = " ".join(str(action.default).split())
-                assert f"(default: {default})" in " ".join(text.split()), (name, action.dest)
+                assert f"(default: {default}" in " ".join(text.split()), (name, action.dest)
 
 
 def test_plan_table_gib_preset_name_and_host_footprint(tmp_path, capsys):
