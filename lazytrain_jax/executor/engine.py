@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import gc
 import functools
 import time
 
@@ -391,7 +392,10 @@ class StreamingEngine:
 
     def _forward_backward(self, batch, step: bool = False):
         from lazytrain_jax.executor.run import StepRun
-        self._live_baseline = live_device_bytes(self.devices) if self.audit_memory else 0
+        if self.audit_memory:  # arrays that exist before the step are not the step's
+            gc.collect()
+            self._baseline_arrays = jax.live_arrays()   # held, so their ids are not reused meanwhile
+            self._baseline_ids = frozenset(id(x) for x in self._baseline_arrays)
         micro, count = self._prepare(batch)
         self._count = count
         self.timeline.start()
@@ -404,6 +408,9 @@ class StreamingEngine:
         except BaseException:
             run.abort()
             raise
+        finally:
+            run.release()
+            self._baseline_arrays = None
         self._step_time = time.perf_counter() - t_start
         return loss, grads, sumsq
 

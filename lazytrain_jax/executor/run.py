@@ -108,11 +108,14 @@ class StepRun:
     def _audit(self, name: str):
         if not self.e.audit_memory:
             return
-        live = live_device_bytes(self.e.devices) - self.e._live_baseline
+        live = live_device_bytes(self.e.devices, exclude_ids=self.e._baseline_ids)
         self.e.live_peak = max(self.e.live_peak, live)
         if live > self.e.budget * (1 + 1e-9):
-            raise DeviceMemoryError(f"live device arrays hold {live:,} bytes after item {name}, above the plan's "
-                                    f"predicted peak {self.e.budget:,.0f} (ledger: {self.e.ledger.largest()})")
+            shapes = sorted(((x.nbytes, x.shape, str(x.dtype)) for x in jax.live_arrays()
+                             if getattr(x.sharding, "memory_kind", None) in (None, "device")), reverse=True)[:8]
+            raise DeviceMemoryError(f"live device arrays hold {live:,} bytes after item {name} (above the step's "
+                                    f"start), above the plan's predicted peak {self.e.budget:,.0f} (ledger: "
+                                    f"{self.e.ledger.largest()}; largest live: {shapes})")
 
     def _act_bytes(self, shape_tail=None) -> int:
         mb = self.plan.costs.micro_batch_size
@@ -284,6 +287,12 @@ class StepRun:
         grads = [self.grad_futs[u].result() for u in range(self.L + 2)]
         sumsq = float(sum(np.asarray(x, np.float64) for x in self.sumsq))
         return loss, grads, sumsq
+
+    def release(self):
+        """Drops every reference the step holds (closures in deferred callbacks form cycles)."""
+        for name in ("h", "h_host", "h_nvme", "res", "wfut", "afut", "rfut", "resident_w", "grad_futs"):
+            getattr(self, name).clear()
+        self.deferred, self.g, self.g0_futs, self.tied_fut, self.micro = [], None, [], None, []
 
     def abort(self):
         """After an error: wait for in-flight transfers so nothing writes behind the caller's back."""
