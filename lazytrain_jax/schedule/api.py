@@ -166,8 +166,13 @@ def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micr
 
 def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str = 1, seq_len: int = 1024,
          num_micro_batches: int | None = None, grad_dtype: str = "bfloat16", max_segment_length: int = 8,
-         max_resident_tail: int = 8, time_limit_s: float = 30.0, rel_gap: float = 1e-2) -> Plan:
+         max_resident_tail: int = 8, time_limit_s: float = 30.0, rel_gap: float = 1e-2,
+         device_memory: float | None = None, stream_dtype: str = "bfloat16") -> Plan:
     """The step-time-optimal Plan (python-mip / CBC) for a model on a hardware.
+
+    ``hardware="measure"`` profiles the machine this runs on at the step's shapes
+    (``lt.profile``: imports jax, compiles and times the units) and plans for its measured Costs
+    and rates under ``device_memory`` (required on the CPU backend) at a fixed integer batch size.
 
     Args:
       model: a Model (anything with ``.config``), a ModelConfig, a preset name, or a Costs (then
@@ -192,6 +197,15 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
       >>> p = plan("qwen2.5-7b", "rtx3090", batch_size="max", seq_len=1024)
       >>> print(p.explain())
     """
+    if isinstance(hardware, str) and hardware == "measure":
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(f"batch_size={batch_size!r}: hardware='measure' plans one measured batch size; "
+                             "give a positive integer")
+        from lazytrain_jax.executor.profiler import profile  # jax, only when measuring
+        costs, measured = profile(model, batch_size, seq_len, num_micro_batches=num_micro_batches or 1,
+                                  stream_dtype=stream_dtype, device_memory=device_memory)
+        return plan(costs, measured, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                    time_limit_s=time_limit_s, rel_gap=rel_gap)
     hw = as_hardware(hardware)
     _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap)
     if not math.isfinite(hw.device_memory):

@@ -1,0 +1,41 @@
+"""lt.profile and lt.plan(hardware="measure"): measured costs, rates and a plan the engine runs."""
+
+import numpy as np
+import optax
+import pytest
+
+import lazytrain_jax as lt
+from lazytrain_jax.executor.profiler import unit_costs
+from plans import tiny_batch, tiny_model
+
+
+def test_profile_measures_and_plans_for_this_machine():
+    model = tiny_model("qwen3")
+    costs, hw = lt.profile(model, 4, 16, num_micro_batches=2, stream_dtype="float32", device_memory=5e6,
+                           repeats=1, link_bytes=1 << 20, disk_bytes=1 << 20)
+    assert costs.source == "measured" and hw.name == "measured"
+    for name in ("h2d_bw", "d2h_bw", "nvme_read_bw", "nvme_write_bw", "host_opt_rate", "device_flops"):
+        assert np.isfinite(getattr(hw, name)) and getattr(hw, name) > 0, name
+    assert all(t > 0 for t in costs.fwd_time[1:]) and all(t > 0 for t in costs.bwd_recompute_time[1:-1])
+    # the byte figures are the units' real arrays (same as unit_costs), the times measured
+    ref = unit_costs(model, batch_size=4, seq_len=16, num_micro_batches=2, stream_dtype="float32")
+    assert costs.residual_bytes == ref.residual_bytes and costs.weight_bytes == ref.weight_bytes
+    again = lt.profile(model, 4, 16, num_micro_batches=2, stream_dtype="float32", device_memory=5e6,
+                       repeats=1, link_bytes=1 << 20, disk_bytes=1 << 20)
+    assert again[0] is costs                                    # cached per (model, shapes, backend)
+    plan = lt.plan(costs, hw)
+    assert plan.fits() and plan.predicted_peak_device_bytes <= 5e6
+    batch = tiny_batch(model, 0, batch=4)
+    with lt.StreamingEngine(model, plan, stream_dtype="float32", audit_memory=True) as eng:
+        metrics = eng.step(batch)
+    assert metrics["peak_device_bytes"] <= plan.predicted_peak_device_bytes
+
+
+def test_profile_bad_input():
+    model = tiny_model("qwen3")
+    with pytest.raises(ValueError, match="device_memory is required"):
+        lt.profile(model, 4, 16)
+    with pytest.raises(ValueError, match="num_micro_batches=3"):
+        lt.profile(model, 4, 16, num_micro_batches=3, device_memory=1e9)
+    with pytest.raises(ValueError, match="hardware='measure'"):
+        lt.plan(model, hardware="measure", batch_size="max", seq_len=16, device_memory=1e9)
