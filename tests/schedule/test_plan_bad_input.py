@@ -50,7 +50,7 @@ def test_reproducer_returns_the_optimal_plan():
     assert 0.0 <= plan.gap <= 1e-5  # CBC's value sits ~1e-5 s below the exact model's; never negative
 
 
-def tight_instances(seed, num_instances, only=None):
+def tight_instances(seed, num_instances):
     """(index, costs, hardware, enumerated optimum): 3-4 layers, the device budget 0-1.2 % above
     the smallest feasible peak (where CBC's objective drifts from the exact model's)."""
     rng = random.Random(seed)
@@ -64,20 +64,12 @@ def tight_instances(seed, num_instances, only=None):
         roomy = Hardware(device_memory=1e15, h2d_bw=20e9, d2h_bw=3e9, device_flops=1e14,
                          host_memory=rng.uniform(0, 3) * GB)
         squeeze = 1 + rng.uniform(0.0, 0.012)
-        if only is not None and i not in only:
-            continue
         peaks = [(memory.device_peak_bytes(costs, roomy, p), p) for p in decision_space(costs)
                  if memory.host_peak_bytes(costs, p) <= roomy.host_memory]
         smallest = min(peak for peak, _ in peaks)
         hw = roomy.replace(device_memory=smallest * squeeze)
         best = min(timing.step_time(costs, hw, p) for peak, p in peaks if peak <= hw.device_memory)
         yield i, costs, hw, best
-
-
-# Instance 91 of seed 2026: CBC (with its preprocessing) stops at a plan 5.4 % slower than the
-# enumerated optimum and reports it optimal (gap 0); with preprocessing off it finds the optimum.
-# Kept as a strict xfail below so the defect stays visible until the MILP is fixed.
-CBC_PREPROCESSING_MISSES = {91}
 
 
 def test_randomized_tight_budgets_match_enumeration():
@@ -87,22 +79,12 @@ def test_randomized_tight_budgets_match_enumeration():
         exact = milp.solve(costs, hw, rel_gap=0.0)
         assert exact is not None and exact.fits(), i
         assert exact.gap >= 0.0 and exact.predicted_step_time_s >= best * (1 - 1e-9), i
-        if i not in CBC_PREPROCESSING_MISSES:
-            assert exact.predicted_step_time_s == pytest.approx(best, rel=1e-6), i
-            assert exact.gap <= 1e-5, i
+        assert exact.predicted_step_time_s == pytest.approx(best, rel=1e-6), i
+        assert exact.gap <= 1e-5, i
         default = lt.plan(costs, hw)
         assert default.fits(), i
         assert best * (1 - 1e-9) <= default.predicted_step_time_s, i
-        if i not in CBC_PREPROCESSING_MISSES:
-            assert default.predicted_step_time_s <= best * (1 + 1e-2), i
-
-
-@pytest.mark.xfail(strict=True, reason="CBC's preprocessing misses the optimum of this tight instance "
-                                       "and reports gap 0 (a MILP defect, not fixed here)")
-def test_cbc_preprocessing_miss_is_still_there():
-    (i, costs, hw, best), = tight_instances(2026, 92, only={91})
-    exact = milp.solve(costs, hw, rel_gap=0.0)
-    assert exact.predicted_step_time_s == pytest.approx(best, rel=1e-6)
+        assert default.predicted_step_time_s <= best * (1 + 1e-2), i
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -118,7 +100,7 @@ def test_cbc_preprocessing_miss_is_still_there():
     (dict(max_resident_tail=-1), r"max_resident_tail=-1 must be an integer >= 0"),
     (dict(max_resident_tail="8"), r"max_resident_tail='8' must be"),
     (dict(max_resident_tail=2.0), r"max_resident_tail=2.0 must be"),
-    (dict(max_segment_length=0), r"max_segment_length=0 must be a positive integer"),
+    (dict(max_segment_length=0), r"max_segment_length=0 must be an integer >= 1"),
     (dict(hardware=Hardware.preset("rtx3090", device_memory=float("inf"))), r"device_memory=inf must be finite"),
 ])
 @pytest.mark.parametrize("model", ["qwen3-debug", "costs"])
