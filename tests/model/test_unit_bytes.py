@@ -109,8 +109,8 @@ def test_jaxpr_bound_is_above_the_compiled_workspace():
 
 def test_bad_arguments_name_the_field():
     cfg = get_preset("qwen3-debug")
-    with pytest.raises(ValueError, match=r"stream_dtype='float16'.*valid"):
-        unit_bytes.layer_bytes(cfg, "decoder", micro_batch_size=1, seq_len=8, stream_dtype="float16")
+    with pytest.raises(ValueError, match=r"stream_dtype='int8'.*valid"):
+        unit_bytes.layer_bytes(cfg, "decoder", micro_batch_size=1, seq_len=8, stream_dtype="int8")
     with pytest.raises(ValueError, match=r"seq_len=0"):
         unit_bytes.layer_bytes(cfg, "decoder", micro_batch_size=1, seq_len=0)
     with pytest.raises(ValueError, match=r"workspace='xla'.*valid"):
