@@ -74,10 +74,10 @@ def tight_instances(seed, num_instances, only=None):
         yield i, costs, hw, best
 
 
-# Instance 91 of seed 2026: CBC (with its preprocessing) stops at a plan 5.4 % slower than the
-# enumerated optimum and reports it optimal (gap 0); with preprocessing off it finds the optimum.
-# Kept as a strict xfail below so the defect stays visible until the MILP is fixed.
-CBC_PREPROCESSING_MISSES = {91}
+# Instance 91 of seed 2026: CBC (with its preprocessing) used to stop at a plan 5.4 % slower than
+# the enumerated optimum and report it optimal (gap 0); the MILP of the step model finds it (checked
+# on its own below, and in the loop with every other instance).
+CBC_PREPROCESSING_MISSES = set()
 
 
 def test_randomized_tight_budgets_match_enumeration():
@@ -97,9 +97,7 @@ def test_randomized_tight_budgets_match_enumeration():
             assert default.predicted_step_time_s <= best * (1 + 1e-2), i
 
 
-@pytest.mark.xfail(strict=True, reason="CBC's preprocessing misses the optimum of this tight instance "
-                                       "and reports gap 0 (a MILP defect, not fixed here)")
-def test_cbc_preprocessing_miss_is_still_there():
+def test_cbc_preprocessing_miss_is_gone():
     (i, costs, hw, best), = tight_instances(2026, 92, only={91})
     exact = milp.solve(costs, hw, rel_gap=0.0)
     assert exact.predicted_step_time_s == pytest.approx(best, rel=1e-6)
