@@ -34,7 +34,8 @@ def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
       8
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+        valid = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"{name}={value!r} must be {valid}")
     return value
 
 _POSITIVE = ("device_memory", "h2d_bw", "d2h_bw", "nvme_read_bw", "nvme_write_bw", "host_opt_rate",
