@@ -100,7 +100,7 @@ def test_randomized_tight_budgets_match_enumeration():
     (dict(max_resident_tail=-1), r"max_resident_tail=-1 must be an integer >= 0"),
     (dict(max_resident_tail="8"), r"max_resident_tail='8' must be"),
     (dict(max_resident_tail=2.0), r"max_resident_tail=2.0 must be"),
-    (dict(max_segment_length=0), r"max_segment_length=0 must be an integer >= 1"),
+    (dict(max_segment_length=0), r"max_segment_length=0 must be a positive integer"),
     (dict(hardware=Hardware.preset("rtx3090", device_memory=float("inf"))), r"device_memory=inf must be finite"),
 ])
 @pytest.mark.parametrize("model", ["qwen3-debug", "costs"])
