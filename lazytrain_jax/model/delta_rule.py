@@ -31,6 +31,22 @@ def l2norm(x, eps: float = 1e-6):
     return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
+def unit_lower_inverse(strict_lower_CxC):
+    """(I + L)^-1 for strictly lower-triangular L by matmuls only: L is nilpotent (L^C = 0), so
+    (I + L)^-1 = sum_k (-L)^k = prod_j (I + (-L)^(2^j)) over 2^j < C (XLA's triangular solve is
+    slow on CPU for many small systems; matmuls are fast everywhere)."""
+    C = strict_lower_CxC.shape[-1]
+    eye = jnp.eye(C, dtype=strict_lower_CxC.dtype)
+    power = -strict_lower_CxC
+    inverse = eye + power
+    step = 2
+    while step < C:
+        power = power @ power
+        inverse = inverse + inverse @ power
+        step *= 2
+    return inverse
+
+
 def delta_rule_scan(q_BxSxHxK, k_BxSxHxK, v_BxSxHxV, g_BxSxH, beta_BxSxH):
     """The gated delta rule one token at a time (the reference form).
 
@@ -97,9 +113,8 @@ def delta_rule_chunked(q_BxSxHxK, k_BxSxHxK, v_BxSxHxV, g_BxSxH, beta_BxSxH, chu
     v_beta = v * beta_BxHxNxC[..., None]
     # UT transform: (I + strictly_lower(diag(beta) K K^T * decay)) [u, w] = [v_beta, k_beta * exp(cum)]
     a_CxC = jnp.einsum("bhnik,bhnjk->bhnij", k_beta, k) * decay_BxHxNxCxC
-    system = jnp.tril(a_CxC, -1) + jnp.eye(C, dtype=a_CxC.dtype)
     rhs = jnp.concatenate([v_beta, k_beta * jnp.exp(cum_BxHxNxC)[..., None]], axis=-1)
-    sol = jax.lax.linalg.triangular_solve(system, rhs, left_side=True, lower=True, unit_diagonal=True)
+    sol = jnp.einsum("bhnij,bhnjd->bhnid", unit_lower_inverse(jnp.tril(a_CxC, -1)), rhs)
     u_BxHxNxCxV, w_BxHxNxCxK = sol[..., :V], sol[..., V:]
     attn_BxHxNxCxC = jnp.einsum("bhnik,bhnjk->bhnij", q, k) * decay_BxHxNxCxC
     q_dec = q * jnp.exp(cum_BxHxNxC)[..., None]
