@@ -1,34 +1,23 @@
 """Planner costs of the Qwen3.5/3.6 hybrid kinds against the real units and the dense formulas."""
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from lazytrain_jax.model.config import get_preset
 from lazytrain_jax.schedule.costs import analytic_costs, hybrid_residual_bytes_per_token, layer_fwd_flops
 
 
-def vjp_residual_bytes(cfg, kind, batch, seq):
-    """Bytes ``jax.vjp`` of one layer keeps besides the parameters (bf16), by ``jax.eval_shape``."""
-    from lazytrain_jax.model.units import get_units
+@pytest.mark.parametrize("preset, overrides, seq", [
+    ("qwen3.6-27b", dict(num_layers=4), 256),
+    ("qwen3.5-debug", dict(linear_num_key_heads=1, linear_num_value_heads=3, linear_key_head_dim=24,
+                           linear_value_head_dim=8, linear_conv_kernel_dim=3), 100)])
+def test_linear_attention_residuals_match_the_unit(preset, overrides, seq):
+    """The formula against the residuals the streaming engine keeps (``jax.eval_shape`` of the unit)."""
+    from lazytrain_jax.executor.profiler import residual_bytes
 
-    units = get_units(cfg)
-    fn = units.layer(kind)
-    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16), units.abstract_params(kind))
-    h = jax.ShapeDtypeStruct((batch, seq, cfg.hidden_size), jnp.bfloat16)
-    ids = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
-    leaves = jax.eval_shape(lambda p, x, i: jax.tree.leaves(jax.vjp(lambda p, x: fn(p, x, i, i), p, x)[1]),
-                            params, h, ids)
-    size = lambda xs: sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in xs)
-    return size(leaves) - size(jax.tree.leaves(params))
-
-
-def test_linear_attention_residuals_match_the_unit():
-    cfg = get_preset("qwen3.6-27b", num_layers=4)
-    measured = vjp_residual_bytes(cfg, "linear_attention", 1, 256)
-    predicted = hybrid_residual_bytes_per_token(cfg, "linear_attention") * 256
-    assert abs(predicted - measured) / measured < 0.05, (predicted, measured)
+    cfg = get_preset(preset, **overrides)
+    measured = residual_bytes(cfg, "linear_attention", 2, seq, "bfloat16")
+    predicted = hybrid_residual_bytes_per_token(cfg, "linear_attention") * 2 * seq
+    assert abs(predicted - measured) / measured < 0.02, (predicted, measured)
 
 
 def test_mixed_stack_costs():
