@@ -186,6 +186,10 @@ def config_fingerprint(config) -> str:
             "num_kv_heads", "head_dim", "qkv_bias", "o_bias", "mlp_bias", "qk_norm", "tie_word_embeddings")
     payload = {k: getattr(config, k) for k in keys}
     payload["layer_kinds"] = list(config.layer_kinds)
+    if "linear_attention" in config.layer_kinds:  # Gated DeltaNet geometry (absent from dense configs)
+        for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                    "linear_conv_kernel_dim"):
+            payload[key] = getattr(config, key)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -60,10 +60,10 @@ def plans(seed: int, n: int, num_micro_batches: int | None = None):
 
 
 def test_random_plans_on_the_hybrid_stack():
-    """4 random plans with 2 micro-batches of 2 rows (one batch shape: one compilation per kind);
+    """3 random plans with 2 micro-batches of 2 rows (one batch shape: one compilation per kind);
     tiers incl. host/NVMe/drop, segments across both kinds, residuals, tails, depths. The slow test
     draws 40 plans with 1, 2 or 4 micro-batches."""
-    chosen = plans(7, 4, num_micro_batches=2)
+    chosen = plans(7, 3, num_micro_batches=2)
     assert any("drop" in p.boundary_tiers for p in chosen) and any("host" in p.boundary_tiers for p in chosen)
     for plan in chosen:
         check(plan)
