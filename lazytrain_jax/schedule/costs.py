@@ -269,7 +269,7 @@ def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float
     Returns:
       Costs with ``source="analytic"``.
     Example:
-      >>> analytic_costs(get_preset("dense-27b"), batch_size=72, seq_len=1024, device_flops=5e14)
+      >>> analytic_costs(get_preset("qwen3.6-27b"), batch_size=72, seq_len=1024, device_flops=5e14)
     """
     for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("num_micro_batches", num_micro_batches)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
