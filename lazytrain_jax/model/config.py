@@ -3,9 +3,10 @@
 The planner (``lazytrain_jax.schedule``) imports this module to cost a model without an accelerator,
 so it must never import jax.
 
-Supported ``model_type``: ``llama``, ``qwen2``, ``qwen3``. Every layer has a *kind*
-(``layer_kinds[i]``); today all are ``"decoder"``, and heterogeneous stacks (the Qwen3.5 family)
-add kinds without changing the container, planner or executor.
+Supported ``model_type``: ``llama``, ``qwen2``, ``qwen3`` (every layer of kind ``"decoder"``) and
+``qwen3_5_text``, the Qwen3.5/3.6 hybrid family (kinds ``"linear_attention"`` and
+``"full_attention"``; its specifics live in ``qwen35_config.py``). Every layer has a *kind*
+(``layer_kinds[i]``); the container, planner and executor handle any mix of kinds.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import math
 import os
 from typing import Any, Mapping
 
+from lazytrain_jax.model import qwen35_config as qwen35
 from lazytrain_jax.model.hf_fields import hf_value, read_hf_rope
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
-LAYER_KINDS = ("decoder",)
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", qwen35.MODEL_TYPE)
+LAYER_KINDS = ("decoder",) + qwen35.KINDS
 ROPE_TYPES = ("default", "llama3", "linear")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -44,7 +46,11 @@ class ModelConfig:
       tie_word_embeddings: LM head shares the embedding matrix.
       max_position_embeddings: written back to config.json; not a limit here.
       initializer_range: std of the normal init (Hugging Face convention).
-      layer_kinds: one kind per layer; defaults to all ``"decoder"``.
+      layer_kinds: one kind per layer; defaults to all ``"decoder"`` (``qwen3_5_text``: transformers'
+        default ``layer_types``, every fourth layer ``"full_attention"``).
+      partial_rotary_factor: fraction of head_dim that RoPE rotates (``qwen3_5_text``: 0.25).
+      linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim,
+        linear_conv_kernel_dim: Gated DeltaNet geometry of ``"linear_attention"`` layers (0 if none).
       dtype: parameter dtype name of the master copy (``float32`` by default).
       extra_hf: Hugging Face config keys carried through save unchanged (bos/eos ids, ...).
 
@@ -74,6 +80,12 @@ class ModelConfig:
     layer_kinds: tuple[str, ...] = ()
     dtype: str = "float32"
     extra_hf: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    partial_rotary_factor: float = 1.0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -111,13 +123,15 @@ class ModelConfig:
             for key in required:
                 if key not in self.rope_scaling:
                     raise ValueError(f"rope_scaling.{key} is required for rope_type={rope_type!r}")
-        kinds = self.layer_kinds or ("decoder",) * self.num_layers
+        kinds = self.layer_kinds or (qwen35.default_layer_kinds(self.num_layers) if qwen35.is_hybrid(self)
+                                     else ("decoder",) * self.num_layers)
         object.__setattr__(self, "layer_kinds", tuple(kinds))
         if len(self.layer_kinds) != self.num_layers:
             raise ValueError(f"layer_kinds has {len(self.layer_kinds)} entries; num_layers={self.num_layers}")
         for i, kind in enumerate(self.layer_kinds):
             if kind not in LAYER_KINDS:
                 raise ValueError(f"layer_kinds[{i}]={kind!r} is not supported; valid: {list(LAYER_KINDS)}")
+        qwen35.validate(self)
         object.__setattr__(self, "extra_hf", dict(self.extra_hf))
 
     def __hash__(self):  # dict-valued fields: hash a canonical JSON form instead of the field tuple
@@ -135,6 +149,8 @@ class ModelConfig:
         if not isinstance(d, Mapping):
             raise ValueError(f"config.json must be a JSON object; got {type(d).__name__}")
         model_type = d.get("model_type")
+        if model_type in (qwen35.MODEL_TYPE, qwen35.MULTIMODAL_MODEL_TYPE):
+            return cls(**{**qwen35.kwargs_from_hf_dict(d), **overrides})
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"config.json: model_type={model_type!r} is not supported; "
                              f"valid: {list(SUPPORTED_MODEL_TYPES)}")
@@ -207,6 +223,8 @@ class ModelConfig:
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The ``config.json`` dict that transformers' ``from_pretrained`` reads back to this model."""
+        if qwen35.is_hybrid(self):
+            return qwen35.to_hf_dict(self)
         if self.model_type == "qwen2":
             if not self.qkv_bias or self.o_bias:
                 raise ValueError("qwen2 requires qkv_bias=True and o_bias=False to be expressible in config.json")
@@ -258,6 +276,8 @@ class ModelConfig:
 
     def layer_num_params(self, kind: str = "decoder") -> int:
         """Parameters of one layer of ``kind``."""
+        if kind in qwen35.KINDS:
+            return qwen35.layer_num_params(self, kind)
         if kind != "decoder":
             raise ValueError(f"kind={kind!r} is not supported; valid: {list(LAYER_KINDS)}")
         h, i = self.hidden_size, self.intermediate_size
@@ -323,11 +343,34 @@ PRESETS: dict[str, dict[str, Any]] = {
                          num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=500000.0,
                          rms_norm_eps=1e-5, max_position_embeddings=8192),
     # The size of the paper's 27B setting (64 layers, hidden 5120, ~26.7B parameters, vocab of the
-    # Qwen3.5/3.6 family) with every layer a full-attention decoder layer, until the hybrid family
-    # lands. For planning and benchmarks only.
+    # Qwen3.5/3.6 family) with every layer a full-attention decoder layer: the dense stand-in the
+    # planner used before the hybrid family existed (``qwen3.6-27b`` is the real shape). Kept for
+    # comparisons with earlier figures.
     "dense-27b": _preset(model_type="qwen3", vocab_size=248320, hidden_size=5120, intermediate_size=20480,
                          num_layers=64, num_heads=40, num_kv_heads=8, head_dim=128, rope_theta=1e7,
                          qk_norm=True, max_position_embeddings=262144),
+    # Qwen3.5/3.6 hybrid family: 8 tiny layers, transformers' default layer_types (every 4th full
+    # attention: 6 Gated DeltaNet + 2 gated-attention layers), for tests.
+    "qwen3.5-debug": _preset(model_type="qwen3_5_text", vocab_size=256, hidden_size=64, intermediate_size=128,
+                             num_layers=8, num_heads=4, num_kv_heads=2, head_dim=32, rope_theta=1e7,
+                             partial_rotary_factor=0.25, qkv_bias=False, o_bias=False, qk_norm=True,
+                             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                             linear_value_head_dim=16, linear_conv_kernel_dim=4, max_position_embeddings=512),
+    # Qwen3.6-27B, the language model of the Qwen/Qwen3.6-27B checkpoint (model_type qwen3_5,
+    # Qwen3_5ForConditionalGeneration). Every number is from its published config.json
+    # (huggingface.co/Qwen/Qwen3.6-27B, ``text_config``), consistent with the model card there:
+    # vocab_size 248320, hidden_size 5120, intermediate_size 17408, num_hidden_layers 64,
+    # full_attention_interval 4 (layers 3, 7, ..., 63 full attention), num_attention_heads 24,
+    # num_key_value_heads 4, head_dim 256, rope_theta 1e7, partial_rotary_factor 0.25 (rotary dim 64),
+    # linear_num_key_heads 16, linear_num_value_heads 48, linear_key_head_dim 128,
+    # linear_value_head_dim 128, linear_conv_kernel_dim 4, rms_norm_eps 1e-6, attention_bias false,
+    # tie_word_embeddings false, max_position_embeddings 262144.
+    "qwen3.6-27b": _preset(model_type="qwen3_5_text", vocab_size=248320, hidden_size=5120, intermediate_size=17408,
+                           num_layers=64, num_heads=24, num_kv_heads=4, head_dim=256, rope_theta=1e7,
+                           partial_rotary_factor=0.25, rms_norm_eps=1e-6, qkv_bias=False, o_bias=False,
+                           qk_norm=True, linear_num_key_heads=16, linear_num_value_heads=48,
+                           linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+                           max_position_embeddings=262144),
 }
 
 

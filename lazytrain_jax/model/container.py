@@ -15,6 +15,8 @@ import ml_dtypes
 import numpy as np
 
 from lazytrain_jax.model.config import ModelConfig, resolve_config
+from lazytrain_jax.model.hybrid_layers import init_leaf as hybrid_init_leaf
+from lazytrain_jax.model.qwen35_config import is_hybrid
 from lazytrain_jax.model.units import ModelUnits, get_units
 
 NUMPY_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -60,9 +62,13 @@ def unit_names(cfg: ModelConfig) -> list[str]:
     return ["embed"] + [f"layer_{i}" for i in range(cfg.num_layers)] + ["head"]
 
 
-def _init_unit(abstract: dict, rng: np.random.Generator, std: float, dtype: np.dtype) -> dict:
+def _init_unit(abstract: dict, rng: np.random.Generator, std: float, dtype: np.dtype, special=None) -> dict:
     def init_leaf(path, leaf):
         name = path[-1].key
+        if special is not None:
+            value = special(".".join(str(p.key) for p in path), leaf.shape, rng, dtype)
+            if value is not None:
+                return value
         if name == "bias":
             return np.zeros(leaf.shape, dtype)
         if leaf.ndim == 1:  # RMSNorm scales
@@ -93,10 +99,11 @@ def init_model(preset_or_config: str | ModelConfig, seed: int = 0, dtype: str | 
     np_dtype = numpy_dtype(cfg.dtype)
     units = get_units(cfg)
     std = cfg.initializer_range
+    special = hybrid_init_leaf if is_hybrid(cfg) else None
 
     def make(unit_index: int, unit_kind: str):
         rng = np.random.default_rng([seed, unit_index])
-        return _init_unit(units.abstract_params(unit_kind), rng, std, np_dtype)
+        return _init_unit(units.abstract_params(unit_kind), rng, std, np_dtype, special)
 
     params = {
         "embed": make(0, "embed"),

@@ -19,6 +19,7 @@ import numpy as np
 from lazytrain_jax.atomic import make_temp_dir
 from lazytrain_jax.model.config import ModelConfig
 from lazytrain_jax.model.container import Model, numpy_dtype
+from lazytrain_jax.model.qwen35_config import is_hybrid
 from lazytrain_jax.model.safetensors_io import DTYPE_NAMES, CheckpointError, read_header, read_tensors, write_file
 from lazytrain_jax.model.units import get_units
 
@@ -26,6 +27,22 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 # Tensors some checkpoints carry that the model does not use.
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# Multimodal Qwen3.5/3.6 checkpoints (Qwen3_5ForConditionalGeneration) keep the language model
+# under this prefix, next to the vision tower and the multi-token-prediction head, which are not
+# part of the language model (transformers' Qwen3_5ForCausalLM skips them too).
+MULTIMODAL_TEXT_PREFIX = "model.language_model."
+MULTIMODAL_SKIPPED_PREFIXES = ("model.visual.", "mtp.")
+
+
+def _checkpoint_layout(cfg: ModelConfig, headers: dict) -> tuple[str, tuple[str, ...]]:
+    """(prefix that replaces ``model.`` in checkpoint names, prefixes of tensors to skip)."""
+    if is_hybrid(cfg) and any(n.startswith(MULTIMODAL_TEXT_PREFIX) for h in headers.values() if h for n in h[1]):
+        return MULTIMODAL_TEXT_PREFIX, MULTIMODAL_SKIPPED_PREFIXES
+    return "model.", ()
+
+
+def _in_checkpoint(name: str, text_prefix: str) -> str:
+    return text_prefix + name[len("model."):] if name.startswith("model.") else name
 
 
 def _flat(tree: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -127,16 +144,19 @@ def load_model(path: str | os.PathLike, dtype: str | None = None, strict: bool =
     cfg = cfg.replace(dtype=numpy_dtype(dtype or "float32").name)
     target = numpy_dtype(cfg.dtype)
     abstract = _abstract_params(cfg)
-    expected = {name: (loc, leaf.shape) for name, loc, leaf in _named_leaves(cfg, abstract)}
-
     files = _weight_files(path)
     headers = {file: read_header(file) if os.path.isfile(file) else None for file in files}
+    text_prefix, skipped_prefixes = _checkpoint_layout(cfg, headers)
+    expected = {_in_checkpoint(name, text_prefix): (loc, leaf.shape) for name, loc, leaf in _named_leaves(cfg, abstract)}
     found: dict[str, str] = {}
-    unexpected = []
+    unexpected, skipped = [], []
     for file, header in headers.items():
         if header is None:
             raise CheckpointError(f"{file}: shard listed in {INDEX_FILE} is missing")
         for name, info in header[1].items():
+            if name.startswith(skipped_prefixes):
+                skipped.append(name)
+                continue
             if name not in expected:
                 tied_head = name == "lm_head.weight" and cfg.tie_word_embeddings
                 if not (tied_head or name.endswith(IGNORED_SUFFIXES)):
@@ -157,6 +177,9 @@ def load_model(path: str | os.PathLike, dtype: str | None = None, strict: bool =
         raise CheckpointError(f"{path}: checkpoint has {len(unexpected)} tensor(s) this model does not use: "
                               f"{sorted(unexpected)[:10]} (load with strict=False to ignore them)")
 
+    if skipped:
+        warnings.warn(f"{path}: loaded the language model only; skipped {len(skipped)} vision-tower / "
+                      f"multi-token-prediction tensor(s) ({', '.join(sorted(skipped)[:3])}, ...)", stacklevel=2)
     params = jax.tree.map(lambda _: None, abstract)
     for file, header in headers.items():
         wanted = {name: target for name, f in found.items() if f == file}

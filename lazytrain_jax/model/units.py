@@ -19,10 +19,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lazytrain_jax.model.config import LOSS_CHUNK_BYTES, ModelConfig, loss_chunk_tokens  # noqa: F401
+from lazytrain_jax.model import hybrid_layers
 from lazytrain_jax.model.layers import DecoderLayer, Embed, Head
+from lazytrain_jax.model.qwen35_config import is_hybrid
 
 IGNORE_INDEX = -100
-LAYER_MODULES = {"decoder": DecoderLayer}
+LAYER_MODULES = {"decoder": DecoderLayer, **hybrid_layers.LAYER_MODULES}
 
 
 def shift_labels(labels_BxS):
@@ -182,7 +184,8 @@ def _residual_fns(cfg: ModelConfig, kind: str):
 
 @functools.lru_cache(maxsize=256)
 def _abstract(cfg: ModelConfig, unit: str):
-    ctor = {"embed": Embed, "head": Head}.get(unit) or LAYER_MODULES.get(unit)
+    head = hybrid_layers.HybridHead if is_hybrid(cfg) else Head
+    ctor = {"embed": Embed, "head": head}.get(unit) or LAYER_MODULES.get(unit)
     if ctor is None:
         raise ValueError(f"unit={unit!r} is not a unit kind; valid: ['embed', 'head', {', '.join(map(repr, LAYER_MODULES))}]")
     module = nnx.eval_shape(lambda: ctor(cfg, rngs=nnx.Rngs(0)))

@@ -29,6 +29,20 @@ and XLA, and a test holds the two together on real shapes.
   [τ_m, D] gradient temporary in the stream dtype (cotangents keep their primal's dtype)
   (``decoder_workspace_bytes``): a model of XLA's compiled temp bytes, measured/predicted 0.69-0.98
   on the CPU backend in fp32 (see ``tests/model/test_unit_bytes.py``; not yet checked on an accelerator).
+- Qwen3.5/3.6 hybrid kinds (``hybrid_*`` functions, keyed by kind; R rotary dim, W conv kernel,
+  Hv/Hk value/key heads of the Gated DeltaNet with dims V/K, X = 2·Hk·K + Hv·V conv channels, C = 64
+  the delta rule's chunk). ``full_attention`` (gated attention): forward FLOPs as a decoder layer;
+  residuals w·(2I + 6·q_size + 2D + 2·kv_size + 4R) + 4·(2·q_size + 4D + 2·kv_size) + the
+  log-sum-exp, the mask and 4·(2·heads + 2·kv_heads + 4) bytes per token (the ``1 + w`` norms and
+  q/k norms keep fp32 copies); workspace as a decoder layer's with these residuals.
+  ``linear_attention`` (Gated DeltaNet): forward FLOPs 2·P_layer·τ plus, per token and value head,
+  2·C·(2K + V) + C·(K + V) + 6·K·V + 2·C² (intra-chunk products, the unit-triangular inverse, state
+  reads and updates, decay spans); residuals w·(2I + (W + 3)·X + 2·Hv·V + 2D) + 4·(2·Hv·K +
+  7·Hv·V + 4D + 2·Hk·K + 8·Hv) per token (the delta rule is rematerialised in backward, so its
+  chunk tensors are not kept); workspace = residuals + the recomputed chunk tensors, fp32
+  Hv·K·V/C (chunk-boundary states) + 30·Hv·C per token (fitted to XLA's compiled temporaries at
+  the 27B shape), + the MLP gradient temporaries as for a decoder layer. Tests:
+  ``tests/schedule/test_qwen35_costs.py``.
 - head: final norm + LM head + loss chunked over ``loss_chunk_tokens(V, τ_m)`` tokens (the rule the
   units use); forward 2·V·D·τ, backward 4·V·D·τ, both in the head window; working set = head weights
   (stream dtype) + the head gradient accumulated in fp32 on the device (x2 with several
@@ -186,6 +200,10 @@ def config_fingerprint(config) -> str:
             "num_kv_heads", "head_dim", "qkv_bias", "o_bias", "mlp_bias", "qk_norm", "tie_word_embeddings")
     payload = {k: getattr(config, k) for k in keys}
     payload["layer_kinds"] = list(config.layer_kinds)
+    if "linear_attention" in config.layer_kinds:  # Gated DeltaNet geometry (absent from dense configs)
+        for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                    "linear_conv_kernel_dim"):
+            payload[key] = getattr(config, key)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -233,12 +251,57 @@ def layer_residual_and_workspace(config, kind: str, micro_batch_size: int, seq_l
     if kind == "decoder":
         return (decoder_residual_bytes_per_token(config, stream_dtype),
                 decoder_workspace_bytes(config, micro_batch_size, seq_len, stream_dtype))
-    raise ValueError(f"layer kind {kind!r} has no byte model; valid: ['decoder']")
+    if kind in HYBRID_KINDS:
+        return (hybrid_residual_bytes_per_token(config, kind, stream_dtype),
+                hybrid_workspace_bytes(config, kind, micro_batch_size, seq_len, stream_dtype))
+    raise ValueError(f"layer kind {kind!r} has no byte model; valid: ['decoder', {', '.join(map(repr, HYBRID_KINDS))}]")
+
+
+HYBRID_KINDS = ("linear_attention", "full_attention")
+DELTA_RULE_CHUNK = 64
+
+
+def hybrid_residual_bytes_per_token(config, kind: str, stream_dtype: str = "bfloat16") -> int:
+    """Residual bytes per token of a Qwen3.5/3.6 hybrid layer (see the module docstring)."""
+    w = STREAM_DTYPE_BYTES[stream_dtype]
+    d, i = config.hidden_size, config.intermediate_size
+    if kind == "full_attention":
+        q, kv, r = config.q_size, config.kv_size, int(config.head_dim * config.partial_rotary_factor)
+        return (w * (2 * i + 6 * q + 2 * d + 2 * kv + 4 * r) + 4 * (2 * q + 4 * d + 2 * kv)
+                + LSE_BYTES * config.num_heads + MASK_BYTES + 4 * (2 * config.num_heads + 2 * config.num_kv_heads + 4))
+    hk, k = config.linear_num_key_heads, config.linear_key_head_dim
+    hv, v = config.linear_num_value_heads, config.linear_value_head_dim
+    x = 2 * hk * k + hv * v
+    return (w * (2 * i + (config.linear_conv_kernel_dim + 3) * x + 2 * hv * v + 2 * d)
+            + 4 * (2 * hv * k + 7 * hv * v + 4 * d + 2 * hk * k + 8 * hv))
+
+
+def hybrid_workspace_bytes(config, kind: str, micro_batch_size: int, seq_len: int,
+                           stream_dtype: str = "bfloat16") -> float:
+    """Backward workspace of one hybrid layer for one micro-batch (see the module docstring)."""
+    tokens = micro_batch_size * seq_len
+    if kind == "full_attention":
+        decoder = decoder_workspace_bytes(config, micro_batch_size, seq_len, stream_dtype)
+        return float(decoder + (hybrid_residual_bytes_per_token(config, kind, stream_dtype)
+                                - decoder_residual_bytes_per_token(config, stream_dtype)) * tokens)
+    k, v, c, hv = config.linear_key_head_dim, config.linear_value_head_dim, DELTA_RULE_CHUNK, config.linear_num_value_heads
+    chunk_tensors = 4 * (hv * k * v / c + 30 * hv * c)
+    grads = (4 * config.intermediate_size + config.hidden_size) * STREAM_DTYPE_BYTES[stream_dtype]
+    return float((hybrid_residual_bytes_per_token(config, kind, stream_dtype) + chunk_tensors + grads) * tokens)
+
+
+def hybrid_recurrent_flops_per_token(config) -> float:
+    """Gated delta rule FLOPs per token of a ``linear_attention`` layer (chunked form, forward)."""
+    k, v, c = config.linear_key_head_dim, config.linear_value_head_dim, DELTA_RULE_CHUNK
+    per_head = 2 * c * (2 * k + v) + c * (k + v) + 6 * k * v + 2 * c * c
+    return float(config.linear_num_value_heads * per_head)
 
 
 def layer_fwd_flops(config, kind: str, batch_size: int, seq_len: int) -> float:
-    """Forward FLOPs of one layer for a batch: matmuls plus causal attention."""
+    """Forward FLOPs of one layer for a batch: matmuls plus causal attention (or the recurrence)."""
     tokens = batch_size * seq_len
+    if kind == "linear_attention":
+        return 2.0 * config.layer_num_params(kind) * tokens + hybrid_recurrent_flops_per_token(config) * tokens
     attention = 4.0 * seq_len**2 * config.num_heads * config.head_dim * batch_size / 2
     return 2.0 * config.layer_num_params(kind) * tokens + attention
 
@@ -265,7 +328,7 @@ def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float
     Returns:
       Costs with ``source="analytic"``.
     Example:
-      >>> analytic_costs(get_preset("dense-27b"), batch_size=72, seq_len=1024, device_flops=5e14)
+      >>> analytic_costs(get_preset("qwen3.6-27b"), batch_size=72, seq_len=1024, device_flops=5e14)
     """
     for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("num_micro_batches", num_micro_batches)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -11,7 +11,7 @@ from lazytrain_jax.model.config import PRESETS, ModelConfig, get_preset
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-HF_CLASS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
+HF_CLASS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "qwen3_5_text": "Qwen3_5TextConfig"}
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -44,7 +44,7 @@ def test_qwen2_has_qkv_bias_and_qwen3_qk_norm():
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"model_type": "mistral"}, r"model_type='mistral' is not supported; valid: \['llama', 'qwen2', 'qwen3'\]"),
+    ({"model_type": "mistral"}, r"model_type='mistral' is not supported; valid: \['llama', 'qwen2', 'qwen3', 'qwen3_5_text'\]"),
     ({"num_key_value_heads": 3}, r"num_heads=4 must be a multiple of num_kv_heads=3"),
     ({"hidden_act": "gelu"}, r"hidden_act='gelu'"),
     ({"use_sliding_window": True}, r"use_sliding_window=True"),

@@ -84,7 +84,7 @@ def test_unknown_model_type(checkpoint):
     cfg = json.loads((checkpoint / "config.json").read_text())
     cfg["model_type"] = "gpt2"
     (checkpoint / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match=r"model_type='gpt2'.*valid: \['llama', 'qwen2', 'qwen3'\]"):
+    with pytest.raises(ValueError, match=r"model_type='gpt2'.*valid: \['llama', 'qwen2', 'qwen3', 'qwen3_5_text'\]"):
         lt.load_model(checkpoint)
 
 

@@ -22,7 +22,7 @@ def test_schedule_never_imports_jax():
 
 
 SHAPES = [("qwen2.5-7b", "rtx3090", 4), ("qwen2.5-14b", "h800", 96), ("qwen2.5-3b", "a100-80g", 64),
-          ("dense-27b", "h800", 72)]
+          ("qwen3.6-27b", "h800", 72)]
 
 
 @pytest.mark.parametrize("model,hw,batch", SHAPES)

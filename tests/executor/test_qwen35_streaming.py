@@ -1,0 +1,75 @@
+"""Streamed == resident on the Qwen3.5/3.6 hybrid debug model, for random valid plans.
+
+A mixed stack of Gated DeltaNet and gated-attention layers (both kinds next to each other and
+inside recompute segments), left padding and masked labels; loss and every gradient within 1e-5
+of the resident ``lt.loss_and_grad``, and the engine's ledger and live device arrays within the
+plan's predicted peak.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+import lazytrain_jax as lt
+from plans import random_plan, rel_err, tiny_batch
+
+TOL = 1e-5
+KINDS = ("linear_attention", "full_attention", "linear_attention", "linear_attention", "full_attention",
+         "linear_attention")
+
+
+@functools.lru_cache(maxsize=None)
+def hybrid_model():
+    return lt.init_model(lt.get_preset("qwen3.5-debug", num_layers=len(KINDS), layer_kinds=KINDS), seed=0)
+
+
+@functools.lru_cache(maxsize=None)
+def reference(batch_size: int):
+    model = hybrid_model()
+    batch = tiny_batch(model, 0, batch=batch_size)
+    loss, grads = lt.loss_and_grad(model, batch)
+    return batch, float(loss), jax.tree.map(np.asarray, grads)
+
+
+def check(plan):
+    model = hybrid_model()
+    batch, ref_loss, ref_grads = reference(plan.batch_size)
+    optimizer = lt.optim.adamw_8bit(learning_rate=1e-3, eps=1e-3)
+    with lt.StreamingEngine(model, plan, optimizer, stream_dtype="float32", audit_memory=True) as eng:
+        loss, grads = eng.loss_and_grad(batch)
+        assert abs(loss - ref_loss) <= TOL * abs(ref_loss), (loss, ref_loss)
+        err = rel_err(ref_grads, grads)
+        assert err <= TOL, f"gradient rel err {err:.2e} under {plan.boundary_tiers}"
+        budget = plan.predicted_peak_device_bytes - plan.hardware.device_margin
+        assert 0 < eng.ledger.peak <= budget
+        assert 0 < eng.live_peak <= budget
+
+
+def plans(seed: int, n: int, num_micro_batches: int | None = None):
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        plan = random_plan(rng, hybrid_model(), micro_batch=2)
+        if num_micro_batches in (None, plan.num_micro_batches):
+            out.append(plan)
+    return out
+
+
+def test_random_plans_on_the_hybrid_stack():
+    """3 random plans with 2 micro-batches of 2 rows (one batch shape: one compilation per kind);
+    tiers incl. host/NVMe/drop, segments across both kinds, residuals, tails, depths. The slow test
+    draws 40 plans with 1, 2 or 4 micro-batches."""
+    chosen = plans(7, 3, num_micro_batches=2)
+    assert any("drop" in p.boundary_tiers for p in chosen) and any("host" in p.boundary_tiers for p in chosen)
+    for plan in chosen:
+        check(plan)
+
+
+@pytest.mark.slow
+def test_random_plans_on_the_hybrid_stack_many():
+    for plan in plans(8, 40):
+        check(plan)
