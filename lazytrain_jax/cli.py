@@ -156,7 +156,8 @@ def _plan(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from lazytrain_jax import __version__
 
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    # defaults in every help line; descriptions (the train command's key list) kept as written
+    fmt = type("HelpFormatter", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {})
     parser = argparse.ArgumentParser(prog="lazytrain", description=__doc__.split("\n\n")[0], formatter_class=fmt)
     parser.add_argument("--version", action="version", version=f"lazytrain_jax {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{demo,train,eval,profile,export,info,plan,version}")
