@@ -31,6 +31,7 @@ from lazytrain_jax.executor import host_optim
 from lazytrain_jax.executor.ledger import DeviceLedger, DeviceMemoryError, live_device_bytes
 from lazytrain_jax.executor.nvme import NvmeStore
 from lazytrain_jax.executor.timeline import Timeline
+from lazytrain_jax.model.batch import validate_batch
 from lazytrain_jax.model.units import IGNORE_INDEX, default_positions, get_units, shift_labels
 from lazytrain_jax.schedule import timing
 from lazytrain_jax.schedule.costs import config_fingerprint
@@ -81,19 +82,6 @@ def _sumsq(tree):
 @functools.partial(jax.jit, static_argnums=(1,))
 def _cast(tree, dtype):
     return jax.tree.map(lambda x: x.astype(dtype), tree)
-
-
-def _validate_batch(batch, vocab_size):
-    try:
-        from lazytrain_jax.model.batch import validate_batch
-    except ImportError:  # pragma: no cover
-        from lazytrain_jax.model.reference import validate_batch as _v
-        out = {k: np.asarray(v) for k, v in _v(batch).items()}
-        ids = out["input_ids"]
-        if ids.min() < 0 or ids.max() >= vocab_size:
-            raise ValueError(f"batch['input_ids'] has ids outside [0, {vocab_size})")
-        return out
-    return validate_batch(batch, vocab_size)
 
 
 @functools.lru_cache(maxsize=8)
@@ -287,7 +275,7 @@ class StreamingEngine:
     # ---- batch --------------------------------------------------------------------------------
 
     def _prepare(self, batch):
-        b = _validate_batch(batch, self.config.vocab_size)
+        b = validate_batch(batch, self.config.vocab_size)
         B, S = b["input_ids"].shape
         if (B, S) != (self.plan.batch_size, self.plan.seq_len):
             raise ValueError(f"batch shape [B, S] = [{B}, {S}] differs from the plan's [{self.plan.batch_size}, "
