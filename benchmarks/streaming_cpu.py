@@ -32,6 +32,7 @@ from lazytrain_jax.schedule.api import plan_for_costs
 from lazytrain_jax.schedule.plan import Plan
 from lazytrain_jax.schedule.simulator import simulate
 
+TIER_CHARS = {"device": "D", "host": "H", "nvme": "N", "drop": "."}
 PHASES = ("tail", "forward", "head", "recompute", "backward")
 
 
@@ -138,7 +139,7 @@ def main():
         with lt.StreamingEngine(model, plan, tx8, stream_dtype="float32") as e:
             measured[name] = median_time(lambda: (e.step(batch), e.flush()), args.repeats)
             last = dict(e.last_metrics)
-        print(f"(b) {name}: tiers {''.join(t[0] for t in plan.boundary_tiers)} residuals "
+        print(f"(b) {name}: tiers {''.join(TIER_CHARS[t] for t in plan.boundary_tiers)} residuals "
               f"{''.join('r' if r else '.' for r in plan.keep_residuals)} mode {plan.optimizer_mode} "
               f"predicted {plan.predicted_step_time_s:.3f} s measured {measured[name]:.3f} s "
               f"peak {last['peak_device_bytes'] / 1e6:.1f} MB of {budget / 1e6:.1f}")
