@@ -20,20 +20,10 @@ import numpy as np
 import optax
 
 import lazytrain_jax as lt
-from lazytrain_jax.executor.profiler import profile
+from lazytrain_jax.executor.profiler import median_seconds, profile
 from lazytrain_jax.schedule import heuristics
 from lazytrain_jax.schedule.api import plan_for_costs
 from lazytrain_jax.schedule.plan import Plan
-
-
-def timed(fn, repeats):
-    fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return float(np.median(out))
 
 
 def main():
@@ -66,12 +56,12 @@ def main():
     all_dev = Plan.create(costs, hw, name="all-device", boundary_tiers=["device"] * (L + 1),
                           keep_residuals=[True] * L, optimizer_mode="pipelined")
     with lt.StreamingEngine(model, all_dev, tx) as eng:
-        t = timed(lambda: (eng.step(batch), eng.flush()), args.repeats)
+        t = median_seconds(lambda: (eng.step(batch), eng.flush()), args.repeats)
         m = eng.last_metrics
     peak = (dev.memory_stats() or {}).get("peak_bytes_in_use", float("nan"))
     rows.append(("streamed all-device", t, m["peak_device_bytes"], all_dev.predicted_peak_device_bytes, m["stall_s"]))
     lag = lt.loss_and_grad
-    t_res = timed(lambda: jax.block_until_ready(lag(model, batch)), args.repeats)
+    t_res = median_seconds(lambda: jax.block_until_ready(lag(model, batch)), args.repeats)
     rows.append(("resident loss_and_grad (no update)", t_res, float("nan"), float("nan"), 0.0))
     hw_b = hw.replace(device_memory=args.budget_gb * 1e9, device_margin=min(1e9, 0.05 * args.budget_gb * 1e9))
     for name, plan in (("MILP", plan_for_costs(costs, hw_b)), ("megatrain(K=4)", heuristics.megatrain(costs, hw_b, K=4))):
@@ -79,7 +69,7 @@ def main():
             print(f"{name}: no plan fits {args.budget_gb} GB")
             continue
         with lt.StreamingEngine(model, plan, tx) as eng:
-            t = timed(lambda: (eng.step(batch), eng.flush()), args.repeats)
+            t = median_seconds(lambda: (eng.step(batch), eng.flush()), args.repeats)
             m = eng.last_metrics
         rows.append((f"{name} under {args.budget_gb:.0f} GB (pred {plan.predicted_step_time_s:.2f} s)", t,
                      m["peak_device_bytes"], plan.predicted_peak_device_bytes, m["stall_s"]))
@@ -101,7 +91,7 @@ def main():
             holder["p"], holder["s"] = step(holder["p"], holder["s"], grads)
             jax.block_until_ready(holder["p"])
 
-        print(f"{name:<28} {timed(run, 5) * 1e3:8.2f} ms per 100M-param update")
+        print(f"{name:<28} {median_seconds(run, 5) * 1e3:8.2f} ms per 100M-param update")
         params = holder["p"]
 
 

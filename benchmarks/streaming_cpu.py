@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +25,8 @@ import numpy as np
 import optax
 
 import lazytrain_jax as lt
-from lazytrain_jax.executor.profiler import profile
-from lazytrain_jax.schedule import heuristics, memory, timing
+from lazytrain_jax.executor.profiler import median_seconds, profile
+from lazytrain_jax.schedule import heuristics, timing
 from lazytrain_jax.schedule.api import plan_for_costs
 from lazytrain_jax.schedule.plan import Plan
 from lazytrain_jax.schedule.simulator import simulate
@@ -48,16 +47,6 @@ def make_batch(model, args):
     rng = np.random.default_rng(0)
     ids = rng.integers(0, model.config.vocab_size, (args.batch, args.seq)).astype(np.int32)
     return {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": ids}
-
-
-def median_time(fn, repeats):
-    fn()  # warm-up / compile
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return float(np.median(out))
 
 
 def phase_sums(names_times, items):
@@ -94,15 +83,15 @@ def main():
                           keep_residuals=[True] * L, optimizer_mode="pipelined")
     tx8 = lt.optim.adamw_8bit(1e-5, weight_decay=0.01, max_grad_norm=1.0)
     eng = lt.StreamingEngine(model, all_dev, tx8, stream_dtype="float32")
-    t_stream = median_time(lambda: eng.loss_and_grad(batch), args.repeats)
-    t_res = median_time(lambda: jax.block_until_ready(lt.loss_and_grad(model, batch)), args.repeats)
+    t_stream = median_seconds(lambda: eng.loss_and_grad(batch), args.repeats)
+    t_res = median_seconds(lambda: jax.block_until_ready(lt.loss_and_grad(model, batch)), args.repeats)
     rows.append(("(a) loss_and_grad: streamed all-device / resident", t_stream, t_res))
 
     def stream_step():
         eng.step(batch)
         eng.flush()
 
-    t_step = median_time(stream_step, args.repeats)
+    t_step = median_seconds(stream_step, args.repeats)
     eng.close()
     tx = optax.adamw(1e-5, weight_decay=0.01)
     params = jax.tree.map(jnp.asarray, model.params)
@@ -123,7 +112,7 @@ def main():
         holder["p"], holder["s"] = resident_step(holder["p"], holder["s"], jb)
         jax.block_until_ready(holder["p"])
 
-    t_res_step = median_time(res_step, args.repeats)
+    t_res_step = median_seconds(res_step, args.repeats)
     rows.append(("(a) full step: streamed (8-bit, pipelined) / resident jit (optax adamw)", t_step, t_res_step))
 
     # (b) a budget that forces trade-offs: MILP vs megatrain(K=4)
@@ -137,7 +126,7 @@ def main():
             print(f"(b) {name}: no plan fits {budget / 1e6:.1f} MB")
             continue
         with lt.StreamingEngine(model, plan, tx8, stream_dtype="float32") as e:
-            measured[name] = median_time(lambda: (e.step(batch), e.flush()), args.repeats)
+            measured[name] = median_seconds(lambda: (e.step(batch), e.flush()), args.repeats)
             last = dict(e.last_metrics)
         print(f"(b) {name}: tiers {''.join(TIER_CHARS[t] for t in plan.boundary_tiers)} residuals "
               f"{''.join('r' if r else '.' for r in plan.keep_residuals)} mode {plan.optimizer_mode} "
@@ -179,7 +168,7 @@ def main():
                 e.step(batch)
                 e.step(batch)
                 e.flush()
-            t_mode[mode] = median_time(two_steps, args.repeats) / 2
+            t_mode[mode] = median_seconds(two_steps, args.repeats) / 2
     rows.append(("(d) step: serial / pipelined optimizer", t_mode["serial"], t_mode["pipelined"]))
 
     print(f"\n{'comparison':<76} {'A s':>8} {'B s':>8} {'A/B':>6}")

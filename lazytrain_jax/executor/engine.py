@@ -17,7 +17,6 @@ Shape legend: B batch, S sequence, D hidden, M micro-batches, b = B / M.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
 import gc
 import functools
 import time
@@ -28,14 +27,13 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from lazytrain_jax.executor import host_optim
-from lazytrain_jax.executor.ledger import DeviceLedger, DeviceMemoryError, live_device_bytes
+from lazytrain_jax.executor.ledger import DeviceLedger, DeviceMemoryError
 from lazytrain_jax.executor.nvme import NvmeStore
 from lazytrain_jax.executor.timeline import Timeline
 from lazytrain_jax.model.batch import validate_batch
 from lazytrain_jax.model.units import IGNORE_INDEX, default_positions, get_units, shift_labels
 from lazytrain_jax.schedule import timing
 from lazytrain_jax.schedule.costs import config_fingerprint
-from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, segments
 
 STREAM_DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32, "float16": jnp.float16}
 GRAD_DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}
@@ -87,15 +85,6 @@ def _cast(tree, dtype):
 @functools.lru_cache(maxsize=8)
 def _copy_fn(dtype, host_sharding):
     return host_optim.host_jit(lambda t: jax.tree.map(lambda x: x.astype(dtype), t), host_sharding)
-
-
-@dataclasses.dataclass
-class _Boundary:
-    """One boundary's micro-batch arrays on the device, and its host copy / NVMe keys if offloaded."""
-
-    device: list | None = None
-    host: cf.Future | None = None       # future of a list of host arrays
-    nvme: cf.Future | None = None       # future of None once every micro-batch file is written
 
 
 class StreamingEngine:

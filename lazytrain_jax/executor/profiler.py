@@ -69,7 +69,8 @@ def unit_costs(model_or_config, *, batch_size: int, seq_len: int, num_micro_batc
 _PROFILE_CACHE: dict = {}
 
 
-def _median_time(fn, repeats: int) -> float:
+def median_seconds(fn, repeats: int) -> float:
+    """Median wall seconds of ``fn()`` (its result blocked on) over ``repeats`` runs after one warm-up."""
     jax.block_until_ready(fn())  # compile / warm up
     times = []
     for _ in range(repeats):
@@ -90,10 +91,10 @@ def _measure_layer(cfg, kind, micro: int, seq_len: int, dtype, device, repeats: 
     pos = jax.device_put(np.broadcast_to(np.arange(seq_len, dtype=np.int32), (micro, seq_len)).copy(), device)
     mask = jax.device_put(np.ones_like(ids), device)
     fns = device_fns(cfg, kind)
-    fwd = _median_time(lambda: fns["forward"](params, h, pos, mask), repeats)
+    fwd = median_seconds(lambda: fns["forward"](params, h, pos, mask), repeats)
     _, res = fns["forward_res"](params, h, pos, mask)
-    bwd = _median_time(lambda: fns["backward_res"](params, res, h), repeats)
-    bwd_rc = _median_time(lambda: fns["backward"](params, h, pos, mask, h), repeats)
+    bwd = median_seconds(lambda: fns["backward_res"](params, res, h), repeats)
+    bwd_rc = median_seconds(lambda: fns["backward"](params, h, pos, mask, h), repeats)
     return fwd, bwd, bwd_rc
 
 
@@ -108,7 +109,7 @@ def _measure_head(cfg, micro: int, seq_len: int, dtype, device, repeats: int) ->
     h = jax.device_put(rng.standard_normal((micro, seq_len, cfg.hidden_size)).astype(dtype), device)
     labels = jax.device_put(rng.integers(0, cfg.vocab_size, (micro, seq_len)).astype(np.int32), device)
     fn = head_fn(cfg)
-    return _median_time(lambda: fn(params, tied, h, labels, np.float32(1.0)), repeats)
+    return median_seconds(lambda: fn(params, tied, h, labels, np.float32(1.0)), repeats)
 
 
 def _measure_link(device, host, nbytes: int, repeats: int) -> tuple[float, float]:
@@ -116,8 +117,8 @@ def _measure_link(device, host, nbytes: int, repeats: int) -> tuple[float, float
     device = SingleDeviceSharding(device)
     x = jax.device_put(np.ones(nbytes // 4, np.float32), host)
     d = jax.device_put(x, device)
-    h2d = _median_time(lambda: jax.device_put(x, device), repeats)
-    d2h = _median_time(lambda: jax.device_put(d, host), repeats)
+    h2d = median_seconds(lambda: jax.device_put(x, device), repeats)
+    d2h = median_seconds(lambda: jax.device_put(d, host), repeats)
     return nbytes / h2d, nbytes / d2h
 
 

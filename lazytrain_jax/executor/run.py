@@ -17,8 +17,8 @@ from jax.sharding import SingleDeviceSharding
 
 from lazytrain_jax.executor import engine as eng_mod
 from lazytrain_jax.executor.host_optim import host_jit
-from lazytrain_jax.executor.ledger import DeviceMemoryError, device_bytes, live_device_bytes
-from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, segments
+from lazytrain_jax.executor.ledger import DeviceMemoryError, live_device_bytes
+from lazytrain_jax.schedule.memory import OFFLOAD_TIERS
 
 
 @functools.lru_cache(maxsize=16)
@@ -91,7 +91,6 @@ class StepRun:
         self.deferred: list = []                 # (future, callback) run once the future is done
         self.g0_futs: list = []
         self.tied_fut = None
-        self.seg_of_base = {s: (s, e) for s, e in segments(self.tiers)}
 
     # ---- bookkeeping ------------------------------------------------------------------------
 
@@ -117,7 +116,7 @@ class StepRun:
                                     f"start), above the plan's predicted peak {self.e.budget:,.0f} (ledger: "
                                     f"{self.e.ledger.largest()}; largest live: {shapes})")
 
-    def _act_bytes(self, shape_tail=None) -> int:
+    def _act_bytes(self) -> int:
         mb = self.plan.costs.micro_batch_size
         D = self.cfg.hidden_size
         return mb * self.plan.seq_len * D * jnp.dtype(self.e.stream_dtype).itemsize // self.data_shards
@@ -244,17 +243,22 @@ class StepRun:
         else:
             free()
 
+    def _download(self, tag: str, device_tree, down, name: str):
+        """``down`` (computed from ``device_tree``) to the host store as fp32 on the D2H worker; the
+        device arrays stay accounted under ``tag`` until the copy is done."""
+        e = self.e
+        to_f32 = _host_fns(e.host_sharding)[0]
+        e.ledger.add(tag, device_tree, item=name)
+        fut = e._submit("d2h", f"grad {name}", lambda: to_f32(self._down(down)))
+        self.deferred.append((fut, lambda: e.ledger.free(tag)))
+        return fut
+
     def _send_grads(self, u: int, acc, name: str):
         """Gradient sum of squares on device, then the gradient to the host in the plan's dtype."""
         e = self.e
         self.sumsq.append(eng_mod._sumsq(acc))
         down = eng_mod._cast(acc, e.grad_dtype) if e.grad_dtype != jnp.float32 else acc
-        to_f32 = _host_fns(e.host_sharding)[0]
-        tag = f"acc{u}"
-        e.ledger.add(tag, (acc, down) if down is not acc else acc, item=name)
-        fut = e._submit("d2h", f"grad {name}", lambda: to_f32(self._down(down)))
-        self.grad_futs[u] = fut
-        self.deferred.append((fut, lambda: e.ledger.free(tag)))
+        self.grad_futs[u] = self._download(f"acc{u}", (acc, down) if down is not acc else acc, down, name)
 
     def _accumulate(self, grads_per_mb: list):
         acc = eng_mod._to_f32(grads_per_mb[0])
@@ -393,10 +397,7 @@ class StepRun:
         self._send_grads(L + 1, self._accumulate([o[1] for o in out]), item.name)
         if self.cfg.tie_word_embeddings:
             acc = self._accumulate([o[2] for o in out])
-            to_f32 = _host_fns(e.host_sharding)[0]
-            e.ledger.add("acc_tied", acc, item=item.name)
-            self.tied_fut = e._submit("d2h", "grad tied", lambda: to_f32(self._down(acc)))
-            self.deferred.append((self.tied_fut, lambda: e.ledger.free("acc_tied")))
+            self.tied_fut = self._download("acc_tied", acc, acc, "FH tied")  # joins the embedding's gradient
 
     def _base_input(self, k: int, item, s: int):
         """Boundary ``s`` on the device: kept there, or fetched from its tier for this item."""

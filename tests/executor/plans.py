@@ -72,3 +72,16 @@ def rel_err(ref_tree, got_tree) -> float:
                                            / max(float(np.max(np.abs(np.asarray(a, np.float64)))), 1e-30)),
                         ref_tree, got_tree)
     return max(jax.tree.leaves(errs))
+
+
+def assert_streamed_equals_resident(eng, plan, batch, ref_loss, ref_grads, tol=1e-5) -> float:
+    """Streamed loss and every gradient within ``tol`` of the resident ones, and the engine's ledger
+    and live-array peaks (audit_memory) within the plan's predicted peak; returns the budget."""
+    loss, grads = eng.loss_and_grad(batch)
+    assert abs(loss - ref_loss) <= tol * abs(ref_loss), (loss, ref_loss)
+    err = rel_err(ref_grads, grads)
+    assert err <= tol, f"gradient rel err {err:.2e} under {plan.boundary_tiers}"
+    budget = plan.predicted_peak_device_bytes - plan.hardware.device_margin
+    assert 0 < eng.ledger.peak <= budget
+    assert 0 < eng.live_peak <= budget
+    return budget

@@ -14,7 +14,7 @@ import optax
 import pytest
 
 import lazytrain_jax as lt
-from lazytrain_jax.executor import DeviceMemoryError, OffloadError
+from lazytrain_jax.executor import OffloadError
 from lazytrain_jax.executor.engine import device_fns, head_fn
 from lazytrain_jax.schedule.plan import Plan
 from plans import HARDWARE, costs_for, rel_err, tiny_batch, tiny_model

@@ -1,7 +1,6 @@
 """lt.profile and lt.plan(hardware="measure"): measured costs, rates and a plan the engine runs."""
 
 import numpy as np
-import optax
 import pytest
 
 import lazytrain_jax as lt

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import lazytrain_jax as lt
-from plans import random_plan, rel_err, tiny_batch
+from plans import assert_streamed_equals_resident, random_plan, tiny_batch
 
 TOL = 1e-5
 KINDS = ("linear_attention", "full_attention", "linear_attention", "linear_attention", "full_attention",
@@ -40,13 +40,7 @@ def check(plan):
     batch, ref_loss, ref_grads = reference(plan.batch_size)
     optimizer = lt.optim.adamw_8bit(learning_rate=1e-3, eps=1e-3)
     with lt.StreamingEngine(model, plan, optimizer, stream_dtype="float32", audit_memory=True) as eng:
-        loss, grads = eng.loss_and_grad(batch)
-        assert abs(loss - ref_loss) <= TOL * abs(ref_loss), (loss, ref_loss)
-        err = rel_err(ref_grads, grads)
-        assert err <= TOL, f"gradient rel err {err:.2e} under {plan.boundary_tiers}"
-        budget = plan.predicted_peak_device_bytes - plan.hardware.device_margin
-        assert 0 < eng.ledger.peak <= budget
-        assert 0 < eng.live_peak <= budget
+        assert_streamed_equals_resident(eng, plan, batch, ref_loss, ref_grads, TOL)
 
 
 def plans(seed: int, n: int, num_micro_batches: int | None = None):
