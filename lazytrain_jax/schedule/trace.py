@@ -5,6 +5,19 @@ from __future__ import annotations
 import json
 
 CHANNEL_TIDS = {"compute": 1, "h2d": 2, "d2h": 3, "nvme_read": 4, "nvme_write": 5, "optimizer": 6}
+CHANNEL_COLORS = {"compute": "tab:blue", "h2d": "tab:green", "d2h": "tab:orange", "nvme_read": "tab:purple",
+                  "nvme_write": "tab:brown", "optimizer": "tab:red"}
+
+
+def save_figure_png(fig, path: str) -> None:
+    """Writes a matplotlib figure as a PNG atomically and closes it (also on failure)."""
+    import matplotlib.pyplot as plt
+    from lazytrain_jax.atomic import atomic_path
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png")
+    finally:
+        plt.close(fig)
 
 
 def chrome_trace(result) -> dict:
@@ -44,8 +57,7 @@ def save_gantt_png(result, path: str, *, title: str = "") -> None:
     except ImportError:
         raise ImportError("save_gantt_png needs matplotlib: pip install 'lazytrain_jax[plot]'") from None
     fig, (ax, axm) = plt.subplots(2, 1, figsize=(14, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    colors = {"compute": "tab:blue", "h2d": "tab:green", "d2h": "tab:orange", "nvme_read": "tab:purple",
-              "nvme_write": "tab:brown", "optimizer": "tab:red"}
+    colors = CHANNEL_COLORS
     for iv in result.intervals:
         ax.barh(CHANNEL_TIDS[iv.channel], iv.end - iv.start, left=iv.start, color=colors[iv.channel], height=0.8)
     ax.set_yticks(list(CHANNEL_TIDS.values()), list(CHANNEL_TIDS))
@@ -57,9 +69,4 @@ def save_gantt_png(result, path: str, *, title: str = "") -> None:
     axm.set_ylabel("device GB")
     axm.set_xlabel("seconds")
     fig.tight_layout()
-    from lazytrain_jax.atomic import atomic_path
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png")
-    finally:
-        plt.close(fig)
+    save_figure_png(fig, path)

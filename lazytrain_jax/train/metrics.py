@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 
+from lazytrain_jax.schedule.trace import save_figure_png
 from lazytrain_jax.atomic import atomic_path, atomic_write_text
 
 # Dense bf16 peak FLOP/s by jax ``device_kind`` substring (datasheets); MFU is reported only for these.
@@ -159,20 +160,14 @@ def save_loss_png(records: list[dict], path: str) -> None:
         ax2.set_ylim(0, 100)
     ax.set_title("training loss")
     fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png")
-    finally:
-        plt.close(fig)
+    save_figure_png(fig, path)
 
 
 def save_timeline_png(measured: list[dict], predicted, path: str) -> None:
     """Gantt chart of one step: measured intervals (engine timeline) above the simulator's prediction."""
-    from lazytrain_jax.schedule.trace import CHANNEL_TIDS
+    from lazytrain_jax.schedule.trace import CHANNEL_COLORS as colors, CHANNEL_TIDS
 
     plt = _pyplot()
-    colors = {"compute": "tab:blue", "h2d": "tab:green", "d2h": "tab:orange", "nvme_read": "tab:purple",
-              "nvme_write": "tab:brown", "optimizer": "tab:red"}
     fig, axes = plt.subplots(2, 1, figsize=(14, 6), sharex=False)
     last = [iv for iv in predicted.intervals if iv.step == predicted.intervals[-1].step] if predicted else []
     t0 = min((iv.start for iv in last), default=0.0)
@@ -187,11 +182,7 @@ def save_timeline_png(measured: list[dict], predicted, path: str) -> None:
         ax.set_title(f"{title} step: {span * 1e3:.1f} ms")
         ax.set_xlabel("seconds")
     fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png")
-    finally:
-        plt.close(fig)
+    save_figure_png(fig, path)
 
 
 def write_summary(log_dir: str, summary: dict) -> None:
