@@ -31,7 +31,15 @@ resident tail is inside. Model size is O(L·S) variables and constraints.
 Solving (what makes 128 layers take seconds, not minutes): the products u, v are disaggregated
 (u ≤ x, Σ_e u[s,e] = off_s, Σ_e v[s,e] = nv_s: exactly one edge leaves a kept boundary) and the
 device tier is a continuous slack (dev = kept − host − nvme), which tightens the LP and removes L
-binaries. The LP bound is then within ~0.5% of the optimum on the 27B shapes, but its solution is
+binaries. Valid inequalities raise the LP bound where the memory budget is tight (a 64-layer
+27B-like instance at 45 GB: 28.53 → 28.72 s against a best known plan of 28.88 s): (i) the path
+crosses every gap (i, i + 1) on exactly one edge, so the working set ws is at least the sum of the
+working sets of the edges crossing a gap (not only each one's); (ii) one binary per segment length
+n (some segment is at least n long) with ws ≥ the least working set of a segment of that length;
+(iii) Chvátal–Gomory rounding of the device, host and NVMe knapsacks over their integer terms
+(``_rounded_knapsack``). The memory rows are written in units of the largest boundary, weight or
+residual: in bytes, CLP returned LP values above the optimum once the aggregated rows were added.
+The LP bound is then within ~0.5% of the optimum on the 27B shapes, but its solution is
 fractional and symmetric over identical layers (every boundary dropped by a few percent), so CBC's
 rounding heuristics find good incumbents slowly. ``search.heuristic_plan`` (greedy construction +
 local search on exact incremental re-implementations of the timing and memory models) provides
@@ -46,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -331,27 +340,67 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 m.add_constr(t >= base + xs(terms))
         T.append(t)
 
-    # memory
+    # memory, every row in units of the largest boundary/weight/residual (byte-sized coefficients
+    # upset CLP's scaling: with the aggregated rows below they gave LP values above the optimum)
+    unit = max(list(A) + W + list(R) + [1.0])
+    a = [ai / unit for ai in A]
     ws = m.add_var(lb=0.0)
+    seg_ws = {(s, e): sum(a[s + 1:e]) * var + (a[s] * u[s, e] if (s, e) in u else 0)
+              for (s, e), var in x.items() if e - s >= 2}
+    for load in seg_ws.values():
+        m += ws >= load
+    # valid inequalities (they cut fractional points only; see the module docstring, "Solving"):
+    # the path crosses each gap (i, i + 1) on exactly one edge, so ws is at least the sum over the
+    # edges that cross it; and ws is at least the least working set of the longest segment chosen
+    # (longer[n] = 1 iff some segment has length >= n: one binary per length, cheap to branch on)
+    for i in range(L):
+        crossing = [load for (s, e), load in seg_ws.items() if s <= i < e]
+        if len(crossing) > 1:
+            m += ws >= xs(crossing)
+    least = [0.0, 0.0] + [min(sum(a[s + 1:s + n]) for s in range(L - n + 1)) for n in range(2, S + 1)]
+    longer = {n: m.add_var(var_type=mip.BINARY) for n in range(2, S + 1)}
     for (s, e), var in x.items():
         if e - s >= 2:
-            m += ws >= sum(A[s + 1:e]) * var + (A[s] * u[s, e] if (s, e) in u else 0)
-    device_terms = [A[i] * dev[i] for i in dev] + [R[l] * res[l] for l in res] + [W[l] * r[l] for l in r] + [ws]
-    peak = base_mem + xs(device_terms)
+            m += var <= longer[e - s]
+    for n in range(3, S + 1):
+        m += longer[n] <= longer[n - 1]
+    if longer:
+        m += ws >= xs((least[n] - least[n - 1]) * longer[n] for n in longer)
+    device_terms = [a[i] * dev[i] for i in dev] + [R[l] / unit * res[l] for l in res] + [W[l] / unit * r[l] for l in r]
+    peak = base_mem / unit + xs(device_terms + [ws])
     if host:
         any_nv = m.add_var(var_type=mip.BINARY) if nv else None
         for i in nv:
             m += any_nv >= nv[i]
-        m += xs(A[i] * host[i] for i in host) + (2 * max(A) * any_nv if nv else 0) <= hardware.host_memory
+        host_terms = [(a[i], host[i]) for i in host] + ([(2 * max(a), any_nv)] if nv else [])
+        m += xs(c * z for c, z in host_terms) <= hardware.host_memory / unit
+        _rounded_knapsack(m, host_terms, hardware.host_memory / unit)
     if nv:
-        m += xs(A[i] * nv[i] for i in nv) <= hardware.nvme_memory
+        m += xs(a[i] * nv[i] for i in nv) <= hardware.nvme_memory / unit
+        _rounded_knapsack(m, [(a[i], nv[i]) for i in nv], hardware.nvme_memory / unit)
+    if objective == "time":
+        # the device budget over integer terms only (dev_i = kept_i − host_i − nvme_i is integral)
+        _rounded_knapsack(m, [(a[i], dev[i]) for i in dev] + [(R[l] / unit, res[l]) for l in res]
+                          + [(W[l] / unit, r[l]) for l in r]
+                          + [(least[n] - least[n - 1], longer[n]) for n in longer], slack / unit)
     if objective == "memory":
-        m.objective = mip.minimize(peak)
+        m.objective = mip.minimize(peak * unit)
     else:
-        m += peak <= budget
+        m += peak <= budget / unit
         m.objective = mip.minimize(xs(T) + objective_const)
     return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, r=r,
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L)
+
+
+def _rounded_knapsack(m, terms, capacity):
+    """Chvátal–Gomory rounding of Σ a·z ≤ capacity over integer z ≥ 0 with the divisor the least
+    positive a: Σ ⌊a / a_min⌋·z ≤ ⌊capacity / a_min⌋ (valid; it cuts the fractional fill-up)."""
+    terms = [(a, z) for a, z in terms if a > 0]
+    if len(terms) < 2:
+        return
+    unit = min(a for a, _ in terms)
+    # a relative epsilon keeps exact multiples (homogeneous layers) from rounding down
+    m += mip.xsum(math.floor(a / unit * (1 + 1e-12)) * z for a, z in terms) <= math.floor(capacity / unit * (1 + 1e-12))
 
 
 def lp_bound(costs, hardware, **build_kw) -> float:
