@@ -32,7 +32,7 @@ Solving (what makes 128 layers take seconds, not minutes): the products u, v are
 (u ≤ x, Σ_e u[s,e] = off_s, Σ_e v[s,e] = nv_s: exactly one edge leaves a kept boundary) and the
 device tier is a continuous slack (dev = kept − host − nvme), which tightens the LP and removes L
 binaries. Valid inequalities raise the LP bound where the memory budget is tight (a 64-layer
-27B-like instance at 45 GB: 28.53 → 28.72 s against a best known plan of 28.88 s): (i) the path
+27B-like instance at 45 GB: 28.53 → 28.72 s; a hand-made plan reaches 28.81 s): (i) the path
 crosses every gap (i, i + 1) on exactly one edge, so the working set ws is at least the sum of the
 working sets of the edges crossing a gap (not only each one's); (ii) one binary per segment length
 n (some segment is at least n long) with ws ≥ the least working set of a segment of that length;
