@@ -61,48 +61,80 @@ def megatrain_rows(hw):
             for name, (batch, _, _) in PAPER.items()}
 
 
-def calibrate():
-    """Fits device_flops, efficiency_half_tokens and host_opt_rate to all four MegaTrain rows at once
-    (least squares on log tokens/s of megatrain(K=4), micro-batches 1, serial optimizer tail)."""
+# Not identified by the four MegaTrain rows (see ``identifiability``); fixed, stated assumptions:
+# the Hardware default for the efficiency curve (its calls here are 74k-197k tokens, where 256 costs
+# < 0.4 %), and a host optimizer moving ~32 bytes per parameter (fp32 AdamW) at ~130 GB/s, what a
+# two-socket server's memory sustains. The rows only bound the rate from below (``identifiability``).
+FIXED = dict(efficiency_half_tokens=256.0, host_opt_rate=4e9)
+
+
+def fit_device_flops(**fixed):
+    """device_flops fitted to the four MegaTrain rows (least squares on log tokens/s of
+    megatrain(K=4), micro-batches 1, serial optimizer tail) with the other fields fixed.
+    Returns (device_flops, rms log error, {row: relative error})."""
     import math
 
-    from scipy.optimize import minimize
-
-    def unpack(z):  # host_opt_rate kept within 1e8..1e11 params/s, efficiency_half_tokens within 1..1e6
-        return dict(device_flops=math.exp(z[0]), efficiency_half_tokens=math.exp(min(max(z[1], 0.0), math.log(1e6))),
-                    host_opt_rate=math.exp(min(max(z[2], math.log(1e8)), math.log(1e11))))
+    from scipy.optimize import minimize_scalar
 
     def loss(z):
-        pred = megatrain_rows(h800(**unpack(z)))
+        pred = megatrain_rows(h800(device_flops=math.exp(z), **fixed))
         return sum(math.log(pred[n] / PAPER[n][1]) ** 2 for n in PAPER)
 
-    best = None
-    for z0 in ([math.log(4e14), math.log(256), math.log(4e9)], [math.log(6e14), math.log(2e4), math.log(1e10)]):
-        r = minimize(loss, z0, method="Nelder-Mead", options=dict(xatol=1e-4, fatol=1e-10, maxiter=600))
-        if best is None or r.fun < best.fun:
-            best = r
-    return unpack(best.x)
+    r = minimize_scalar(loss, bounds=(math.log(5e13), math.log(2e15)), method="bounded", options=dict(xatol=1e-6))
+    pred = megatrain_rows(h800(device_flops=math.exp(r.x), **fixed))
+    return math.exp(r.x), math.sqrt(r.fun / len(PAPER)), {n: pred[n] / PAPER[n][1] - 1 for n in PAPER}
+
+
+def identifiability():
+    """Profiles of the fit over the two fixed fields: device_flops refitted at each value."""
+    print("  profile: device_flops refitted with one field moved (rows 3B/7B/14B/27B, relative error)")
+    for field, values in (("host_opt_rate", (1e9, 2e9, 4e9, 1e10, 1e11, 1e13)),
+                          ("efficiency_half_tokens", (1.0, 256.0, 4096.0, 16384.0, 65536.0))):
+        for v in values:
+            f, rms, err = fit_device_flops(**{**FIXED, field: v})
+            print(f"    {field:22s} {v:9.3g}  device_flops {f / 1e12:6.1f} TFLOP/s  rms log err {rms:.4f}  "
+                  + "  ".join(f"{e:+6.1%}" for e in err.values()))
+    import math
+    lo, hi = math.log(1e9), math.log(1e11)   # max row error above / below 15 %
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        worst = max(abs(e) for e in fit_device_flops(**{**FIXED, "host_opt_rate": math.exp(mid)})[2].values())
+        lo, hi = (mid, hi) if worst > 0.15 else (lo, mid)
+    print(f"  every row within 15 % needs host_opt_rate >= {math.exp(hi) / 1e9:.2f}e9 params/s (device_flops refitted)")
+    print("  The fit improves monotonically as host_opt_rate grows and as efficiency_half_tokens shrinks: the")
+    print("  rows' TFLOPS rise with model size (142.8 -> 176.9) while tokens per step and per call fall (197k ->")
+    print("  74k); a serial optimizer tail (N / host_opt_rate beside ~8 N tokens / device_flops) and a per-call")
+    print("  efficiency curve both lower TFLOPS as tokens fall, the opposite trend. So a joint fit pins both at")
+    print("  whatever limits it is given; the rows bound host_opt_rate from below only (line above). The rest of")
+    print("  the error (3B over-predicted ~11 % at any setting) is what no field here models: GEMM efficiency")
+    print("  that grows with the hidden size (2048 -> 5120).")
 
 
 def part_b():
     print("(b) paper setting on h800 (70 GB cap, 15 GB host, 32 GB NVMe, PCIe 12/12, NVMe 2.83/3.35 GB/s)")
-    fit = calibrate()
-    print(f"  joint calibration on the four MegaTrain rows: device_flops {fit['device_flops'] / 1e12:.1f} TFLOP/s, "
-          f"efficiency_half_tokens {fit['efficiency_half_tokens']:.0f}, host_opt_rate {fit['host_opt_rate'] / 1e9:.2f}e9 params/s"
-          f" (fit ranges: host_opt_rate 1e8..1e11, efficiency_half_tokens 1..1e6)")
+    flops, rms, err = fit_device_flops(**FIXED)
+    fit = dict(FIXED, device_flops=flops)
+    print(f"  calibration on the four MegaTrain rows: device_flops {flops / 1e12:.1f} TFLOP/s fitted (rms log error"
+          f" {rms:.4f}); fixed: efficiency_half_tokens {FIXED['efficiency_half_tokens']:.0f},"
+          f" host_opt_rate {FIXED['host_opt_rate'] / 1e9:.1f}e9 params/s")
+    identifiability()
     hw = h800(**fit)
+    # the LazyTrain predictions' sensitivity to the unidentified rate: the same rows at 1e11 params/s
+    alt_fixed = dict(FIXED, host_opt_rate=1e11)
+    hw_alt = h800(**alt_fixed, device_flops=fit_device_flops(**alt_fixed)[0])
     print(f"  {'model':12s} {'batch':>5s} {'MT pred':>9s} {'MT paper':>9s} {'err':>6s} {'LT pred':>9s} {'LT paper':>9s} "
-          f"{'err':>6s} {'TFLOPS':>7s} {'/LB plan':>8s} {'m':>3s} {'depths':>6s}")
+          f"{'err':>6s} {'TFLOPS':>7s} {'/LB plan':>8s} {'m':>3s} {'depths':>6s} {'LT@1e11':>8s}")
     rows = []
     for name, (batch, mt_paper, lt_paper) in list(PAPER.items()) + [(DENSE_STAND_IN, PAPER["qwen3.6-27b"])]:
         c = costs(name, hw, batch)
         mt = heuristics.megatrain(c, hw, 4)
         p = plan_fixed_batch(get_preset(name), hw, batch, 1024, time_limit_s=20, rel_gap=5e-3)
         lb = lower_bound(p.costs, hw, p)["total"]
+        alt = plan_fixed_batch(get_preset(name), hw_alt, batch, 1024, time_limit_s=20, rel_gap=5e-3)
         print(f"  {name:12s} {batch:5d} {mt.tokens_per_s:9.1f} {mt_paper:9.1f} {mt.tokens_per_s / mt_paper - 1:+6.1%} "
               f"{p.tokens_per_s:9.1f} {lt_paper:9.1f} {p.tokens_per_s / lt_paper - 1:+6.1%} {p.tflops:7.1f} "
               f"{p.predicted_step_time_s / lb:8.3f} {p.num_micro_batches:3d} ({p.weight_prefetch_depth},{p.act_prefetch_depth})"
-              f"   (MT fits: {mt.fits()}, MT peak {mt.predicted_peak_device_bytes / 1e9:.1f} GB)")
+              f"  {alt.tokens_per_s:8.1f}   (MT fits: {mt.fits()}, MT peak {mt.predicted_peak_device_bytes / 1e9:.1f} GB)")
         rows.append((f"{name} h800 batch {batch} m {p.num_micro_batches}", hw, p))
     return rows
 

@@ -32,12 +32,12 @@ Solving (what makes 128 layers take seconds, not minutes): the products u, v are
 (u ≤ x, Σ_e u[s,e] = off_s, Σ_e v[s,e] = nv_s: exactly one edge leaves a kept boundary) and the
 device tier is a continuous slack (dev = kept − host − nvme), which tightens the LP and removes L
 binaries. Valid inequalities raise the LP bound where the memory budget is tight (a 64-layer
-27B-like instance at 45 GB: 28.53 → 28.72 s; a hand-made plan reaches 28.81 s): (i) the path
+27B-like instance at 45 GB, depths (1, 1): 28.53 → 28.68 s, the best plan 28.81 s): (i) the path
 crosses every gap (i, i + 1) on exactly one edge, so the working set ws is at least the sum of the
 working sets of the edges crossing a gap (not only each one's); (ii) one binary per segment length
 n (some segment is at least n long) with ws ≥ the least working set of a segment of that length;
-(iii) Chvátal–Gomory rounding of the device, host and NVMe knapsacks over their integer terms
-(``_rounded_knapsack``). The memory rows are written in units of the largest boundary, weight or
+(iii) Chvátal–Gomory rounding of the host and NVMe knapsacks (``_rounded_knapsack``; on the
+device knapsack it added little and tripled the LP's time at 128 layers). The memory rows are written in units of the largest boundary, weight or
 residual: in bytes, CLP returned LP values above the optimum once the aggregated rows were added.
 The LP bound is then within ~0.5% of the optimum on the 27B shapes, but its solution is
 fractional and symmetric over identical layers (every boundary dropped by a few percent), so CBC's
@@ -378,11 +378,6 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     if nv:
         m += xs(a[i] * nv[i] for i in nv) <= hardware.nvme_memory / unit
         _rounded_knapsack(m, [(a[i], nv[i]) for i in nv], hardware.nvme_memory / unit)
-    if objective == "time":
-        # the device budget over integer terms only (dev_i = kept_i − host_i − nvme_i is integral)
-        _rounded_knapsack(m, [(a[i], dev[i]) for i in dev] + [(R[l] / unit, res[l]) for l in res]
-                          + [(W[l] / unit, r[l]) for l in r]
-                          + [(least[n] - least[n - 1], longer[n]) for n in longer], slack / unit)
     if objective == "memory":
         m.objective = mip.minimize(peak * unit)
     else:

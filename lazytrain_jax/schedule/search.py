@@ -309,6 +309,7 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
                 sol = _construct(fm, use_nvme, False, memory_first=True)
                 if sol is not None:
                     candidates.append(sol)
+    candidates.extend(_counted_paths(fm))
     for p in starts:
         if p is None or p.optimizer_mode != "pipelined" or p.weight_prefetch_depth != 1 or p.act_prefetch_depth != 1:
             continue
@@ -333,6 +334,96 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
             break
     tiers, keep, k = best
     return Plan.create(costs, hardware, name="search", boundary_tiers=tiers, keep_residuals=keep, resident_tail=k)
+
+
+def _counted_paths(fm):
+    """Candidates from a dynamic program over the kept-boundary path, one per cap on the recompute
+    working set: each boundary's tier costs its time on its own (from the all-device plan, as
+    ``try_tier`` gives it), and the program counts device and host boundaries (in units of the
+    least boundary, so the counts bound the bytes from below), keeping the cheapest path for every
+    count pair within the budgets. The cap is what the greedy construction cannot see: it grows long
+    segments one drop at a time, paying a working set that shorter segments everywhere would not.
+    Counting instead of pricing memory matters on identical layers, where a price picks all or none
+    of them. Every path is then checked and timed exactly. NVMe and residuals are left to the local
+    search."""
+    import numpy as np
+
+    L, S, A = fm.L, fm.S, fm.A
+    keep = [False] * L
+    st0 = fm.state(["device"] * (L + 1), keep, 0)
+    if fm.peak_of(st0) <= fm.hw.device_memory:
+        return []  # nothing to count: every boundary fits on the device
+    t0 = st0["total"]
+    drop, host = [0.0] * (L + 1), [None] * (L + 1)
+    for i in range(1, L):
+        drop[i] = max(0.0, fm.try_tier(st0, i, "drop")[0] - t0)
+        if fm.host_ok[i]:
+            host[i] = max(0.0, fm.try_tier(st0, i, "host")[0] - t0)
+    prefix = [0.0]
+    for i in range(1, L + 1):
+        prefix.append(prefix[-1] + (drop[i] if i < L else 0.0))
+    unit = min(A[1:L])
+    if not unit > 0:
+        return []
+    host_room = fm.hw.host_memory
+    num_h = int(min(L - 1, host_room // unit)) if any(h is not None for h in host) else 0
+    caps = sorted({0.0} | {max(sum(A[s + 1:s + n]) for s in range(L - n + 1)) for n in range(2, S + 1)})
+    timed = []
+    for cap in caps:
+        room = fm.hw.device_memory - fm.base_mem - cap
+        if room < 0:
+            continue
+        num_d = int(min(L - 1, room // unit))
+        shape = (num_h + 1, num_d + 1)
+        best = [[None, None] for _ in range(L + 1)]
+        arg = [[None, None] for _ in range(L + 1)]
+        best[0][0] = np.full(shape, np.inf)
+        best[0][0][0, 0] = 0.0
+        for j in range(1, L + 1):
+            for t in (0, 1):
+                if t == 1 and (j == L or host[j] is None or num_h == 0):
+                    continue
+                cur = np.full(shape, np.inf)
+                who_s = np.zeros(shape, dtype=np.int32)
+                who_t = np.zeros(shape, dtype=np.int8)
+                for s in range(max(0, j - S), j):
+                    for ts in (0, 1):
+                        prev = best[s][ts]
+                        if prev is None:
+                            continue
+                        ws = sum(A[s + 1:j]) + (A[s] if ts == 1 else 0.0) if j - s >= 2 else 0.0
+                        if ws > cap * (1 + 1e-12):
+                            continue
+                        cand = np.full(shape, np.inf)
+                        if t == 1:
+                            cand[1:, :] = prev[:-1, :]
+                        elif j < L:
+                            cand[:, 1:] = prev[:, :-1]
+                        else:
+                            cand[:] = prev
+                        cand += prefix[j - 1] - prefix[s]
+                        better = cand < cur
+                        cur = np.where(better, cand, cur)
+                        who_s = np.where(better, s, who_s)
+                        who_t = np.where(better, ts, who_t)
+                best[j][t] = cur + (host[j] if t == 1 else 0.0)
+                arg[j][t] = (who_s, who_t)
+        end = best[L][0]
+        for flat in np.argsort(end, axis=None, kind="stable")[:3]:
+            h, d = np.unravel_index(flat, shape)
+            if not np.isfinite(end[h, d]):
+                break
+            tiers = ["drop"] * (L + 1)
+            j, t = L, 0
+            while j > 0:
+                tiers[j] = "device" if t == 0 else "host"
+                s_, ts = int(arg[j][t][0][h, d]), int(arg[j][t][1][h, d])
+                h, d = h - (t == 1), d - (t == 0 and j < L)
+                j, t = s_, ts
+            tiers[0] = "device"
+            if fm.fits(tiers, keep, 0):
+                timed.append((fm.step_time(tiers, keep, 0), len(timed), tiers))
+    return [(t, keep[:], 0) for _, _, t in sorted(timed)[:2]]
 
 
 def _tier_options(fm, i):
