@@ -443,7 +443,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
           time_limit_s: float = 30.0, rel_gap: float = DEFAULT_REL_GAP, warm_start: Plan | None = None,
           objective: str = "time", cutoff: float | None = None, depths=MILP_DEPTHS,
           search_evaluations: int = search.DEFAULT_EVALUATIONS, max_nodes: int = DEFAULT_MAX_NODES,
-          verbose: bool = False) -> Plan | None:
+          verbose: bool = False, stats: dict | None = None) -> Plan | None:
     """Solves the planning MILP for ``costs`` on ``hardware``, choosing the prefetch depths too.
 
     Args:
@@ -461,12 +461,26 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       max_nodes: CBC branch-and-bound nodes per depth pair. Node and evaluation counts, not
         seconds, bound the work, so the same input gives the same plan whatever the machine load
         (as long as ``time_limit_s``, a safety net, is not reached first).
+      stats: if a dict, filled with where the seconds went: ``search_s``, ``lp_s`` (LP relaxations,
+        ``lp_solves`` of them), ``cbc_s`` (branch and bound, ``cbc_runs`` of them) and ``proof``
+        (``union_lp``: one LP for every depth pair proved the gap; ``depth_lps``: each depth pair's LP
+        did; ``cbc``: CBC branched).
     Returns:
       The optimal (or best found) Plan, or None when no plan fits the budgets (or beats ``cutoff``).
     Example:
       >>> plan = solve(costs, Hardware.preset("h800"))
     """
     t0 = time.perf_counter()
+    stats = {} if stats is None else stats
+    stats.update(search_s=0.0, lp_s=0.0, lp_solves=0, cbc_s=0.0, cbc_runs=0, proof="depth_lps")
+
+    def timed_lp(built):
+        t = time.perf_counter()
+        value = _relaxed(built)
+        stats["lp_s"] += time.perf_counter() - t
+        stats["lp_solves"] += 1
+        return value
+
     kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail, verbose=verbose)
     if objective == "memory":
         built = build(costs, hardware, objective="memory", **kw)
@@ -481,16 +495,19 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     K = max(0, min(max_resident_tail, L))
     found = None
     if search_evaluations >= 0:
+        t = time.perf_counter()
         found = search.heuristic_plan(costs, hardware, max_segment_length=S, max_resident_tail=K,
                                       max_evaluations=search_evaluations, starts=[warm_start])
+        stats["search_s"] = time.perf_counter() - t
     best, best_bound = None, float("inf")
     starts = [q for q in (_at_depths(p, dw, da) for p in (found, warm_start) for dw, da in depths) if q is not None]
     incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
     if incumbent is not None and rel_gap > 0 and len(depths) > 1:
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed
-        union = _relaxed(build(costs, hardware, union=True, **kw))
+        union = timed_lp(build(costs, hardware, union=True, **kw))
         value = incumbent.predicted_step_time_s
         if (cutoff is None or value < cutoff) and value - union <= rel_gap * value:
+            stats["proof"] = "union_lp"
             return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - union) / value),
                                      solve_time_s=time.perf_counter() - t0)
     for dw, da in depths:
@@ -502,7 +519,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if start:
             built.model.start = start
         limit = cutoff if best is None else min(best.predicted_step_time_s, cutoff or float("inf"))
-        lp = _relaxed(built) if rel_gap > 0 or best is not None else None
+        lp = timed_lp(built) if rel_gap > 0 or best is not None else None
         if lp is not None:
             if limit is not None and lp >= limit * (1 - rel_gap):
                 best_bound = min(best_bound, lp)
@@ -514,7 +531,11 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 best = start_plan.replace(name="milp", solver_status="optimal")
                 best_bound = min(best_bound, lp)
                 continue
+        t = time.perf_counter()
         status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes)
+        stats["cbc_s"] += time.perf_counter() - t
+        stats["cbc_runs"] += 1
+        stats["proof"] = "cbc"
         if status is None:
             if built.model.status == mip.OptimizationStatus.INFEASIBLE:
                 continue
