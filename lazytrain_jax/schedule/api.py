@@ -166,7 +166,7 @@ def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micr
 
 def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str = 1, seq_len: int = 1024,
          num_micro_batches: int | None = None, grad_dtype: str = "bfloat16", max_segment_length: int = 8,
-         max_resident_tail: int = 8, time_limit_s: float = 30.0, rel_gap: float = 1e-2,
+         max_resident_tail: int = 8, time_limit_s: float = 30.0, rel_gap: float = milp.DEFAULT_REL_GAP,
          device_memory: float | None = None, stream_dtype: str = "bfloat16") -> Plan:
     """The step-time-optimal Plan (python-mip / CBC) for a model on a hardware.
 

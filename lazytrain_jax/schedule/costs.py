@@ -58,6 +58,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from lazytrain_jax.model.config import loss_chunk_tokens
+from lazytrain_jax.schedule.hardware import check_positive_int
 
 GRAD_DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
 STREAM_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -118,9 +119,7 @@ class Costs:
         for name in _UNIT_LISTS + _LAYER_LISTS + ("boundary_bytes",):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("batch_size", "seq_len", "num_micro_batches"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"Costs.{name}={value!r} must be a positive integer")
+            check_positive_int(f"Costs.{name}", getattr(self, name))
         if self.batch_size % self.num_micro_batches:
             raise ValueError(f"Costs.num_micro_batches={self.num_micro_batches} must divide "
                              f"batch_size={self.batch_size}")
@@ -331,8 +330,7 @@ def analytic_costs(config, *, batch_size: int, seq_len: int, device_flops: float
       >>> analytic_costs(get_preset("qwen3.6-27b"), batch_size=72, seq_len=1024, device_flops=5e14)
     """
     for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("num_micro_batches", num_micro_batches)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name}={value!r} must be a positive integer")
+        check_positive_int(name, value)
     if batch_size % num_micro_batches:
         raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
     if stream_dtype not in STREAM_DTYPE_BYTES:

@@ -451,7 +451,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       max_segment_length: longest recompute segment (edges (s, e) with e − s ≤ this).
       max_resident_tail: largest resident tail considered.
       time_limit_s: CBC time limit per depth pair; the incumbent is returned with its gap when reached.
-      rel_gap: relative optimality gap at which the solve stops (default 1e-2, as ``lt.plan``).
+      rel_gap: relative optimality gap at which the solve stops (``lt.plan`` uses the same default).
       warm_start: a Plan inside the decision space to start from (e.g. the best heuristic).
       objective: ``time`` (predicted step time) or ``memory`` (minimum peak device bytes, ignoring
         the device budget: used to report what would be feasible; depths 1).

@@ -77,3 +77,34 @@ def test_same_plan_whatever_the_clock(monkeypatch):
     loaded = milp.solve(costs, hw, rel_gap=1e-2, depths=[(1, 1)])
     assert loaded.solve_time_s > calm.solve_time_s
     assert loaded.replace(solve_time_s=0.0) == calm.replace(solve_time_s=0.0)
+
+
+def test_counted_paths_reach_the_proven_optimum_where_the_greedy_fits_nothing():
+    """Tight device and host memory on identical layers: the greedy construction and its local
+    search find no fitting plan, the path program finds the optimum CBC proves (rel_gap 0)."""
+    hw = Hardware.preset("h800", device_memory=31e9, host_memory=2e9, nvme_memory=0, h2d_bw=12e9, d2h_bw=12e9,
+                         host_opt_rate=4e9)
+    costs = analytic_costs(get_preset("dense-27b", num_layers=12), batch_size=72, seq_len=1024,
+                           device_flops=hw.device_flops, num_micro_batches=8)
+    fm = search.FastModel(costs, hw, max_segment_length=8, max_resident_tail=8)
+    assert all(search._construct(fm, False, full) is None for full in (False, True))
+    paths = search._counted_paths(fm)
+    assert paths and all(fm.fits(*p) and fm.allowed(*p) for p in paths)
+    exact = milp.solve(costs, hw, rel_gap=0.0, depths=[(1, 1)], max_nodes=100000)
+    assert exact.solver_status == "optimal" and exact.gap <= 1e-9
+    assert fm.step_time(*paths[0]) == pytest.approx(exact.predicted_step_time_s, rel=1e-12)
+    found = search.heuristic_plan(costs, hw)
+    assert found.predicted_step_time_s == pytest.approx(exact.predicted_step_time_s, rel=1e-12)
+
+
+def test_solve_reports_where_its_seconds_went():
+    hw = Hardware.preset("h800", device_memory=31e9, host_memory=2e9, nvme_memory=0, h2d_bw=12e9, d2h_bw=12e9,
+                         host_opt_rate=4e9)
+    costs = analytic_costs(get_preset("dense-27b", num_layers=12), batch_size=72, seq_len=1024,
+                           device_flops=hw.device_flops, num_micro_batches=8)
+    stats = {}
+    p = milp.solve(costs, hw, rel_gap=1e-2, stats=stats)
+    assert p.gap <= 1e-2
+    assert stats["proof"] in ("union_lp", "depth_lps", "cbc") and stats["search_s"] > 0
+    assert stats["lp_solves"] >= 1 and stats["lp_s"] > 0
+    assert (stats["cbc_runs"] > 0) == (stats["proof"] == "cbc") and (stats["cbc_s"] > 0) == (stats["cbc_runs"] > 0)
