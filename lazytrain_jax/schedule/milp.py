@@ -537,9 +537,14 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         stats["cbc_runs"] += 1
         stats["proof"] = "cbc"
         if status is None:
+            # CBC ended without a solution (infeasible below the cutoff, or its time limit struck
+            # before it took the start): the start is still a plan of this space
+            if start and (limit is None or start_plan.predicted_step_time_s < limit):
+                best = start_plan.replace(name="milp", solver_status="feasible")
             if built.model.status == mip.OptimizationStatus.INFEASIBLE:
                 continue
-            best_bound = min(best_bound, float(built.model.objective_bound))
+            # CBC's bound without a solution is not to be trusted (it may not have reached its root)
+            best_bound = min(best_bound, lp if lp is not None else 0.0)
             continue
         plan = decode(built, costs, hardware, status=status, bound=float(built.model.objective_bound),
                       solve_time_s=0.0)

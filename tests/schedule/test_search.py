@@ -108,3 +108,26 @@ def test_solve_reports_where_its_seconds_went():
     assert stats["proof"] in ("union_lp", "depth_lps", "cbc") and stats["search_s"] > 0
     assert stats["lp_solves"] >= 1 and stats["lp_s"] > 0
     assert (stats["cbc_runs"] > 0) == (stats["proof"] == "cbc") and (stats["cbc_s"] > 0) == (stats["cbc_runs"] > 0)
+
+
+def test_cbc_stopped_before_its_start_still_returns_the_start():
+    """A time limit that strikes before CBC takes the start (a loaded machine) returns the search's
+    plan as ``feasible`` with the LP's gap, not None and not a zero gap."""
+    from lazytrain_jax.schedule.costs import synthetic_costs
+    rng = random.Random(7)
+    L = 16
+    costs = synthetic_costs(num_layers=L, weight_bytes=[rng.uniform(0.2, 1.5) * 1e9 for _ in range(L)],
+                            boundary_bytes=[rng.uniform(0.1, 0.6) * 1e9 for _ in range(L + 1)],
+                            fwd_time=[rng.uniform(0.01, 0.08) for _ in range(L)],
+                            residual_bytes=[rng.uniform(0.5, 3.0) * 1e9 for _ in range(L)], workspace_bytes=0.5e9,
+                            head_time=0.1, head_bytes=1e9, head_workspace_bytes=2e9)
+    probe = Hardware(device_memory=1e15, h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0)
+    budget = sum(memory.constant_bytes(costs, probe).values()) + 0.3 * sum(costs.boundary_bytes[1:-1])
+    hw = Hardware(device_memory=budget, host_memory=2e9, nvme_memory=5e9, h2d_bw=12e9, d2h_bw=12e9,
+                  device_flops=1e14, host_opt_rate=3e9)
+    found = search.heuristic_plan(costs, hw)
+    stats = {}
+    p = milp.solve(costs, hw, time_limit_s=1e-3, stats=stats)
+    assert p is not None and p.fits() and p.predicted_step_time_s <= found.predicted_step_time_s + 1e-12
+    assert stats["proof"] == "cbc" and stats["cbc_runs"] >= 1  # the LPs do not prove this start
+    assert p.solver_status == "feasible" and p.gap > 1e-2
