@@ -11,6 +11,8 @@ the MILP's decision space (segments of at most ``max_segment_length``, resident 
 2. while the device peak exceeds the budget, apply the moves (device → host / NVMe / drop) with the
    smallest step-time increase per freed device byte (several far-apart moves per round);
 3. spend the remaining device memory on residuals and the resident tail (largest saving per byte);
+   beside these constructions, ``_counted_paths`` (a dynamic program over the kept-boundary path per
+   cap on the recompute working set) proposes plans the greedy cannot reach when memory is tight;
 4. local search: single-boundary tier changes, residual toggles, tail changes and host ↔ NVMe ↔
    drop ↔ device swaps between two boundaries, first improvement, until no move helps or the
    evaluation budget is spent (a count of move evaluations, not wall-clock time: the same input
