@@ -43,6 +43,7 @@ Rows a peer cannot run on CPU say so (with the error) instead of a time.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import os
@@ -54,6 +55,7 @@ MAT = 1024  # every tensor is MAT x MAT (block sizes divide it)
 OPTAX = "optax adamw + clip_by_global_norm (fp32)"
 DEEPSPEED = "DeepSpeedCPUAdam + clip_grad_norm_ (fp32)"
 NATIVE = "adamw_8bit dynamic8: fused, impl='native', norm given"
+TRANSFORM = "adamw_8bit dynamic8: optax transform (impl='auto': native)"
 # minimum bytes per parameter of one update (see the module docstring)
 LIMIT_FP32 = 4 + 16 + 12 + 2
 LIMIT_8BIT = 4 + 1 + 1 + 4 + 1 + 1 + 4 + 2
@@ -122,7 +124,7 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
         info0, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
         # XLA's cost analysis does not see inside the native custom call: its own traffic instead
         nbytes = (LIMIT_8BIT + 16 / 256) * num_params if impl == "native" else _hlo_bytes(
-            jax.jit(optim.fused_layer_step), box["master"], grads, box["moments"], info0, hp)
+            jax.jit(functools.partial(optim.fused_layer_step, impl="xla")), box["master"], grads, box["moments"], info0, hp)
         if not norm_given:
             nbytes += _hlo_bytes(norm_fn, grads)
 
@@ -143,7 +145,11 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
         tx = optim.adamw_8bit(1e-3, weight_decay=0.01, max_grad_norm=1.0, state_format=fmt)
         bpp = optim.state_bytes_per_param(grads, state_format=fmt)["bytes_per_param"]
         if not fused_only:
-            methods[f"adamw_8bit {fmt}: optax transform"] = (*make(tx), bpp)
+            if fmt == "dynamic8" and native.available():
+                methods[TRANSFORM] = (*make(tx), bpp)
+            tx_xla = optim.adamw_8bit(1e-3, weight_decay=0.01, max_grad_norm=1.0,
+                                      state_format=fmt, impl="xla")
+            methods[f"adamw_8bit {fmt}: optax transform, impl='xla'"] = (*make(tx_xla), bpp)
             methods[f"adamw_8bit {fmt}: fused_layer_step"] = (*make_fused(tx, False), bpp)
         if fmt != "fp32":
             methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (

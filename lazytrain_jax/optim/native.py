@@ -187,7 +187,8 @@ def leaf_update(g, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *
     out = (jax.ShapeDtypeStruct(p.shape, jnp.float32),
            jax.ShapeDtypeStruct(mu.shape, mu.dtype), jax.ShapeDtypeStruct(nu.shape, nu.dtype),
            jax.ShapeDtypeStruct((nb,), jnp.float32), jax.ShapeDtypeStruct((nb,), jnp.float32))
-    call = jax.ffi.ffi_call(UPDATE_TARGET, out, input_output_aliases={2: 1, 3: 2, 4: 3, 5: 4})
+    call = jax.ffi.ffi_call(UPDATE_TARGET, out, input_output_aliases={2: 1, 3: 2, 4: 3, 5: 4},
+                            vmap_method="sequential")  # under jax.vmap: one call per member
     u, m, v, ms, vs = call(p, g, mu, nu, mu_s.reshape(nb), nu_s.reshape(nb), _scalars(info, hp),
                            block_size=np.int64(block_size), decay=bool(decay),
                            threads=np.int64(threads))
@@ -212,7 +213,8 @@ def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHype
            jax.ShapeDtypeStruct(master.shape, jnp.bfloat16),
            jax.ShapeDtypeStruct(mu.shape, mu.dtype), jax.ShapeDtypeStruct(nu.shape, nu.dtype),
            jax.ShapeDtypeStruct((nb,), jnp.float32), jax.ShapeDtypeStruct((nb,), jnp.float32))
-    call = jax.ffi.ffi_call(TARGET, out, input_output_aliases={0: 0, 2: 2, 3: 3, 4: 4, 5: 5})
+    call = jax.ffi.ffi_call(TARGET, out, input_output_aliases={0: 0, 2: 2, 3: 3, 4: 4, 5: 5},
+                            vmap_method="sequential")
     p, c, m, v, ms, vs = call(master, g, mu, nu, mu_s.reshape(nb), nu_s.reshape(nb),
                               _scalars(info, hp), block_size=np.int64(block_size),
                               decay=bool(decay), threads=np.int64(threads))

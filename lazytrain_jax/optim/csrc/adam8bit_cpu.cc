@@ -81,8 +81,8 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
     float sv = s.b2 * v_max + om2 * (g_max * g_max);
     sm = sm < kMinScale ? 0.0f : sm;
     sv = sv < kMinScale ? 0.0f : sv;
-    const float inv_m = sm > 0.0f ? 64.0f / sm : 0.0f;
-    const float inv_v = sv > 0.0f ? 64.0f / sv : 0.0f;
+    const float inv_m = sm > 0.0f ? (64.0f / sm) * (1.0f / 64.0f) : 0.0f;
+    const float inv_v = sv > 0.0f ? (64.0f / sv) * (1.0f / 64.0f) : 0.0f;
     const float rinv_v = sv > 0.0f ? 1.0f / std::sqrt(sv) : 0.0f;  // sqrt(uv) ~ sqrt(v) * this
 #pragma omp simd
     for (int64_t i = 0; i < bs; ++i) {
@@ -105,13 +105,17 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
       } else {
         ub[i] = u;
       }
-      const float um = (std::fabs(m) * (1.0f / 64.0f)) * inv_m;
-      float t = std::min(std::max(std::floor(127.0f * std::sqrt(um)), 0.0f), 126.0f);
+      // um, uv: the moments over their block scales, exactly as XLA's (x / 64) * (64 / s)
+      // (a power-of-two factor moves no rounding). The code estimates need no clamp at 0
+      // (roots are >= 0; NaN stays NaN either way) and only pick the pair {t, t + 1} that
+      // the exact midpoint test below chooses from.
+      const float um = std::fabs(m) * inv_m;
+      float t = std::min(std::floor(127.0f * std::sqrt(um)), 126.0f);
       float t1 = t + 1.0f;
       float code = um * kMidM > t * t1 * 2.0f + 1.0f ? t1 : t;
-      mb[i] = static_cast<int8_t>(m < 0.0f ? -code : code);
-      const float uv = (v * (1.0f / 64.0f)) * inv_v;
-      t = std::min(std::max(std::floor(255.0f * std::sqrt(rv * rinv_v)), 0.0f), 254.0f);
+      mb[i] = static_cast<int8_t>(std::copysign(code, m));  // -0 and +0 both give code 0
+      const float uv = v * inv_v;
+      t = std::min(std::floor(255.0f * std::sqrt(rv * rinv_v)), 254.0f);
       t1 = t + 1.0f;
       const float t2 = t * t, t12 = t1 * t1;
       vb[i] = static_cast<uint8_t>(uv * kMidV > t2 * t2 + t12 * t12 ? t1 : t);
