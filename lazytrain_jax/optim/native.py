@@ -5,12 +5,16 @@ passes (scale bounds, master, bf16 copy, m codes, v codes) that each read the gr
 ~40 B/param of traffic against the 18 B the update needs, and about one fifth of DeepSpeed's
 CPU Adam per core (``benchmarks/optimizer_cpu.py``). ``csrc/adam8bit_cpu.cc`` does the same
 math per block of ``block_size`` elements while the block is in L1 (read p g mc vc, write p copy
-mc vc), split across the process's cores, as an XLA FFI custom call on donated buffers.
+mc vc), split across the process's cores, as an XLA FFI custom call on donated buffers. Two
+entry points share the loop: :func:`leaf_master_step` (the host step: master in place + bf16
+copy) and :func:`leaf_update` (the optax transform's update: returns ``u``, reads ``p``). Both
+are chosen with ``impl`` (:data:`IMPLS`; ``"auto"`` by default, for the transform and the
+per-unit step alike) and only where the computation is lowered for the CPU (:func:`on_cpu`).
 
 The C++ source is compiled on first use with the system's ``g++`` (``-O3 -march=native``, no
 fast-math, no FMA contraction; no errno / trapping math, so the loops vectorize) into
-``~/.cache/lazytrain_jax`` (atomic rename; keyed by the source, flags, jaxlib and CPU). Without a compiler :func:`available` is False and callers keep
-the XLA path. ``LAZYTRAIN_NATIVE=0`` disables it.
+``~/.cache/lazytrain_jax`` (atomic rename; keyed by the source, flags, jaxlib and CPU). Without
+a compiler :func:`available` is False and ``"auto"`` keeps the XLA path. ``LAZYTRAIN_NATIVE=0`` disables it.
 
 Results agree with the XLA path to fp32 rounding, not bit for bit (XLA rewrites some divisions
 into reciprocal multiplies): master weights within a few ulp, codes within one step where a value
