@@ -13,7 +13,7 @@ Under ``optax.inject_hyperparams`` list the non-numeric / shape-defining argumen
                                   hyperparam_dtype=jnp.float32)(learning_rate=1e-3)
 
 (``STATIC_ARGS`` = block_size, state_format, min_8bit_size, fp32_state_filter, mask,
-skip_nonfinite). Pass ``hyperparam_dtype=jnp.float32`` with bf16 params: optax otherwise casts
+skip_nonfinite, impl). Pass ``hyperparam_dtype=jnp.float32`` with bf16 params: optax otherwise casts
 the hyperparameters to bf16, where b2=0.999 rounds to 1.0 (which is then refused).
 
 Invalid values (a negative learning rate or weight decay, b1/b2 outside [0, 1), eps < 0,
