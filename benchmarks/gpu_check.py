@@ -4,9 +4,11 @@ On the first accelerator: a random model of the given preset (default a Qwen2.5-
   1. streamed step (every boundary on device, pipelined 8-bit host update) vs the resident step,
      TFLOPS by the 6 * params * tokens / step-time convention, peak device memory vs the plan;
   2. under a device budget (default 24 GB): the MILP plan vs megatrain(K=4), measured, with stalls;
-  3. adamw_8bit vs optax adamw (fp32 state) as a plain optax update on the accelerator.
+  3. adamw_8bit vs optax adamw (fp32 state) as a plain optax update on the accelerator: the
+     compiled 8-bit step is checked for custom calls, float8 types and host transfers first.
 
     python benchmarks/gpu_check.py --preset qwen2.5-3b --batch 4 --seq 1024 --budget-gb 24
+    python benchmarks/gpu_check.py --optimizer-only --opt-params 4000000   # 3. alone (CPU dry run)
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--budget-gb", type=float, default=24.0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--opt-params", type=int, default=100_000_000, help="params of the optimizer check")
+    ap.add_argument("--optimizer-only", action="store_true", help="only the optimizer check (3.)")
     args = ap.parse_args()
+    if args.optimizer_only:
+        optimizer_check(args.opt_params, args.repeats + 2)
+        return
     dev = jax.devices()[0]
     print(f"device: {dev.device_kind} ({dev.platform}), jax {jax.__version__}")
     t0 = time.perf_counter()
@@ -77,22 +84,62 @@ def main():
     for name, t, held, pred, stall in rows:
         print(f"{name:<44} {t:>8.3f} {6 * n * tokens / t / 1e12:>7.1f} {held / 1e9:>8.2f} {pred / 1e9:>8.2f} {stall:>8.3f}")
     print(f"device peak_bytes_in_use (whole run): {peak / 1e9:.2f} GB")
-    # 3. the 8-bit transform on the accelerator vs optax fp32
-    params = {"w": jnp.zeros((4096, 24414), jnp.float32)}
-    grads = {"w": jnp.full((4096, 24414), 1e-3, jnp.float32)}
-    for name, t in (("optax adamw (fp32 state)", optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-5))),
-                    ("lt.optim.adamw_8bit", lt.optim.adamw_8bit(1e-5, max_grad_norm=1.0))):
-        state = t.init(params)
-        step = jax.jit(lambda p, s, g, t=t: (lambda u, s2: (optax.apply_updates(p, u), s2))(*t.update(g, s, p)),
-                       donate_argnums=(0, 1))
-        holder = {"p": params, "s": state}
+    optimizer_check(args.opt_params, args.repeats + 2)
 
-        def run():
-            holder["p"], holder["s"] = step(holder["p"], holder["s"], grads)
+
+def optimizer_check(num_params: int, repeats: int) -> None:
+    """adamw_8bit vs optax fp32 AdamW (+ clip) as a user's jitted update on the default device.
+
+    Checks the compiled 8-bit step first: no custom call (the CPU kernel is chosen only where the
+    step is lowered for the CPU), no float8 type (dynamic8 codes are int8/uint8), no transfer to
+    host memory. Then times both, interleaved, medians of ``repeats``.
+    """
+    dev = jax.devices()[0]
+    cols = 4096
+    shape = (max(1, num_params // cols), cols)
+    on_cpu = dev.platform == "cpu"
+    txs = {"optax adamw + clip (fp32 state)": optax.chain(optax.clip_by_global_norm(1.0),
+                                                          optax.adamw(1e-5, weight_decay=0.01)),
+           "lt.optim.adamw_8bit (impl='auto')": lt.optim.adamw_8bit(1e-5, max_grad_norm=1.0)}
+    grads = {"w": jnp.full(shape, 1e-3, jnp.float32)}
+    runs = {}
+    for name, tx in txs.items():
+        def step(p, s, g, tx=tx):
+            u, s = tx.update(g, s, p)
+            return optax.apply_updates(p, u), s
+
+        params = {"w": jnp.zeros(shape, jnp.float32)}
+        holder = {"p": params, "s": tx.init(params)}
+        jitted = jax.jit(step, donate_argnums=(0, 1))
+        hlo = jitted.lower(holder["p"], holder["s"], grads).compile().as_text()
+        if "8bit" in name:
+            found = {"custom-call": "custom-call(" in hlo, "float8": "f8e4m3" in hlo.lower(),
+                     "host memory": "S(5)" in hlo or "MoveToHost" in hlo}
+            bad = [k for k, v in found.items() if v and not (on_cpu and k == "custom-call")]
+            assert not bad, f"adamw_8bit on {dev.platform} compiled with {bad}"
+            print(f"adamw_8bit compiled for {dev.platform}: custom call "
+                  f"{'yes (the native CPU kernel)' if found['custom-call'] else 'none'}, no float8, "
+                  "no host transfer")
+
+        def run(jitted=jitted, holder=holder):
+            holder["p"], holder["s"] = jitted(holder["p"], holder["s"], grads)
             jax.block_until_ready(holder["p"])
 
-        print(f"{name:<28} {median_seconds(run, 5) * 1e3:8.2f} ms per 100M-param update")
-        params = holder["p"]
+        run()
+        runs[name] = run
+    times = {name: [] for name in runs}
+    for _ in range(repeats):  # interleaved: noise hits both alike
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - t0)
+    base = float(np.median(times[next(iter(times))]))
+    n = shape[0] * shape[1]
+    print(f"\noptimizer update on {dev.device_kind} ({dev.platform}), {n / 1e6:.0f}M params, "
+          f"medians of {repeats}, interleaved")
+    for name, ts in times.items():
+        t = float(np.median(ts))
+        print(f"{name:<36} {t * 1e3:9.2f} ms  {t / base:5.2f}x  {n / t / 1e9:6.2f} G params/s")
 
 
 if __name__ == "__main__":

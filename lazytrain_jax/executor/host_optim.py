@@ -2,7 +2,8 @@
 
 ``adamw_8bit`` transforms carry their hyperparameters (``lt.optim.hyperparams_of``), so the engine
 runs the same update one unit at a time with ``fused_layer_step`` (clip, 8-bit Adam, fp32 master,
-low-precision streaming copy in one jitted, donated pass on the host). Any other optax
+low-precision streaming copy in one jitted, donated pass on the host; with the config's ``impl``,
+by default the native one-pass kernel where it could be built). Any other optax
 ``GradientTransformation`` runs on the whole host tree after backward (``serial`` mode only).
 """
 
@@ -91,10 +92,11 @@ def _path_key(path) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def _fused_step(host_sharding, block_size: int, copy_dtype, decay_filter):
+def _fused_step(host_sharding, block_size: int, copy_dtype, decay_filter, impl: str):
     fn = lt_optim.fused_layer_step
     fn = getattr(fn, "__wrapped__", fn)
-    step = functools.partial(fn, block_size=block_size, copy_dtype=copy_dtype, decay_filter=decay_filter)
+    step = functools.partial(fn, block_size=block_size, copy_dtype=copy_dtype, decay_filter=decay_filter,
+                             impl=impl)
     return host_jit(step, host_sharding, donate_argnums=(0, 2))
 
 
@@ -136,7 +138,9 @@ class UnitAdamW8bit:
     def update_unit(self, state, u: int, master_u, grads_u, info, hp):
         """Returns ``(new_master_u, new_copy_u, new_moments_u)``; ``master_u`` and its moments are donated."""
         moments = layerwise.layer_moments(state, *unit_path(u, self.num_layers))
-        fn = _fused_step(self.host, self.config.block_size, self.copy_dtype, self._filters[u])
+        # the config's impl (default "auto": the native one-pass kernel on the CPU backend where it
+        # could be built), so the engine runs exactly lt.optim's per-unit update for this optimizer
+        fn = _fused_step(self.host, self.config.block_size, self.copy_dtype, self._filters[u], self.config.impl)
         return fn(master_u, grads_u, moments, info, hp)
 
     def finish(self, state, moments_by_unit: list, count, skipped):

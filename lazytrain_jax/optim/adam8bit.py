@@ -13,7 +13,7 @@ Under ``optax.inject_hyperparams`` list the non-numeric / shape-defining argumen
                                   hyperparam_dtype=jnp.float32)(learning_rate=1e-3)
 
 (``STATIC_ARGS`` = block_size, state_format, min_8bit_size, fp32_state_filter, mask,
-skip_nonfinite). Pass ``hyperparam_dtype=jnp.float32`` with bf16 params: optax otherwise casts
+skip_nonfinite, impl). Pass ``hyperparam_dtype=jnp.float32`` with bf16 params: optax otherwise casts
 the hyperparameters to bf16, where b2=0.999 rounds to 1.0 (which is then refused).
 
 Invalid values (a negative learning rate or weight decay, b1/b2 outside [0, 1), eps < 0,
@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import optax
 
 from lazytrain_jax.optim import blockwise as q
-from lazytrain_jax.optim import config, kernel, policy
+from lazytrain_jax.optim import config, kernel, native, policy
 from lazytrain_jax.optim.config import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MIN_8BIT_SIZE,
@@ -48,7 +48,7 @@ from lazytrain_jax.optim.config import (
 )
 
 STATIC_ARGS = ("block_size", "state_format", "min_8bit_size", "fp32_state_filter", "mask",
-               "skip_nonfinite")
+               "skip_nonfinite", "impl")
 
 
 class ScaleByAdam8bitState(NamedTuple):
@@ -102,7 +102,7 @@ def init_moments(params, *, block_size: int, state_format: str, min_8bit_size: i
 
 
 def _make(b1, b2, eps, learning_rate, weight_decay, max_grad_norm, mask, block_size, state_format,
-          min_8bit_size, fp32_state_filter, skip_nonfinite):
+          min_8bit_size, fp32_state_filter, skip_nonfinite, impl="xla"):
     filt = config.resolve_filter(fp32_state_filter)
 
     def init_fn(params):
@@ -130,7 +130,7 @@ def _make(b1, b2, eps, learning_rate, weight_decay, max_grad_norm, mask, block_s
         decay_mask = mask(params) if callable(mask) else mask
         new_updates, moments = kernel.tree_update(
             updates, state.mu, state.nu, state.mu_scales, state.nu_scales, params, info, hp,
-            block_size=block_size, decay_mask=decay_mask,
+            block_size=block_size, decay_mask=decay_mask, impl=native.resolve_impl(impl),
         )
         return new_updates, ScaleByAdam8bitState(count, num_skipped, *moments)
 
@@ -141,7 +141,7 @@ def make_transform(cfg: config.AdamW8bitConfig) -> optax.GradientTransformationE
     """The optax transform of ``cfg`` (``cfg.transform()``); its ``update`` carries ``cfg``."""
     tx = _make(cfg.b1, cfg.b2, cfg.eps, cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm,
                cfg.mask, cfg.block_size, cfg.state_format, cfg.min_8bit_size,
-               cfg.fp32_state_filter, cfg.skip_nonfinite)
+               cfg.fp32_state_filter, cfg.skip_nonfinite, cfg.impl)
     tx.update.adamw_8bit_config = cfg
     return tx
 
@@ -204,6 +204,7 @@ def adamw_8bit(
     min_8bit_size: int = DEFAULT_MIN_8BIT_SIZE,
     fp32_state_filter: str | Callable | None = "default",
     skip_nonfinite: bool = True,
+    impl: str = native.DEFAULT_IMPL,
 ) -> optax.GradientTransformationExtraArgs:
     """AdamW with hybrid 8-bit state and fused global-norm clipping, in one optax transform.
 
@@ -223,6 +224,11 @@ def adamw_8bit(
         applies, as ``optax.adamw``'s ``mask``.
       block_size, state_format, min_8bit_size, fp32_state_filter, skip_nonfinite: as in
         :func:`scale_by_adam_8bit`.
+      impl: ``"auto"`` (default: where the computation is lowered for the CPU and the native
+        kernel could be built, fp32 tensors with dynamic8 state take its one-pass update;
+        elsewhere, and on accelerators, the fused XLA update), ``"native"`` (the same, raising
+        if the kernel cannot be built) or ``"xla"`` (XLA everywhere). The native kernel agrees
+        with XLA to fp32 rounding, not bit for bit (``native.py``).
 
     Returns:
       An ``optax.GradientTransformationExtraArgs`` (``update`` requires params).
@@ -234,5 +240,5 @@ def adamw_8bit(
         learning_rate=learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
         max_grad_norm=max_grad_norm, mask=mask, block_size=block_size, state_format=state_format,
         min_8bit_size=min_8bit_size, fp32_state_filter=fp32_state_filter,
-        skip_nonfinite=skip_nonfinite,
+        skip_nonfinite=skip_nonfinite, impl=impl,
     ).transform()

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 
 from lazytrain_jax.optim import blockwise as q
-from lazytrain_jax.optim import policy
+from lazytrain_jax.optim import native, policy
 from lazytrain_jax.optim.kernel import AdamHyperparams
 
 # Chosen by benchmarks/optimizer_cpu.py (2-core CPU): dynamic8 runs at ~1.0-1.2x optax fp32 AdamW,
@@ -144,7 +144,8 @@ class AdamW8bitConfig:
       mask: None (decay everything), a tree of bools matching the params, or a
         ``callable(params) -> tree`` (``optax.adamw``'s ``mask``).
       block_size, state_format, min_8bit_size, fp32_state_filter, skip_nonfinite: as in
-        :func:`scale_by_adam_8bit`.
+        :func:`scale_by_adam_8bit`; impl: as in :func:`adamw_8bit` (the per-unit host step
+        takes the same, so the two paths stay equal bit for bit).
 
     Example:
       >>> cfg = AdamW8bitConfig(learning_rate=1e-5, max_grad_norm=1.0)
@@ -164,6 +165,7 @@ class AdamW8bitConfig:
     min_8bit_size: int = DEFAULT_MIN_8BIT_SIZE
     fp32_state_filter: str | Callable | None = "default"
     skip_nonfinite: bool = True
+    impl: str = native.DEFAULT_IMPL
 
     def __post_init__(self):
         if self.learning_rate is None:
@@ -175,6 +177,7 @@ class AdamW8bitConfig:
         validate_static(self.b1, self.b2, self.eps, self.block_size, self.state_format,
                         self.min_8bit_size, self.max_grad_norm)
         resolve_filter(self.fp32_state_filter)
+        native.check_impl(self.impl)
         if not isinstance(self.skip_nonfinite, bool):
             raise ValueError(f"skip_nonfinite={self.skip_nonfinite!r} is invalid; it must be a "
                              "Python bool (under optax.inject_hyperparams list it in static_args)")

@@ -10,6 +10,7 @@ Legend: ``_nb`` = blocked view ``[num_blocks, block_size]``; ``_n1`` = per-block
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -332,12 +333,16 @@ def check_trees(ref_name: str, ref, *, check_shapes: bool = True, **others) -> N
 
 
 def tree_update(grads, mu, nu, mu_s, nu_s, params, info: StepInfo, hp: AdamHyperparams, *,
-                block_size: int, decay_mask=None):
+                block_size: int, decay_mask=None, impl: str = "xla"):
     """:func:`leaf_update` over matching trees; returns ``(updates, (mu, nu, mu_s, nu_s))``.
 
     ``decay_mask`` is None (decay everything) or a tree of bools matching ``grads``. Trees whose
-    keys or shapes differ raise ValueError naming the tree and the key.
+    keys or shapes differ raise ValueError naming the tree and the key. ``impl="native"`` (as
+    resolved by ``native.resolve_impl``) runs the tensors ``native.supports`` with the native
+    kernel when lowered for the CPU (``native.on_cpu``); the rest, and other backends, run XLA.
     """
+    from lazytrain_jax.optim import native  # native imports this module
+
     check_trees("grads", grads, params=params, mu=mu, nu=nu)
     check_trees("grads", grads, check_shapes=False, mu_scales=mu_s, nu_scales=nu_s,
                 decay_mask=decay_mask)
@@ -345,10 +350,15 @@ def tree_update(grads, mu, nu, mu_s, nu_s, params, info: StepInfo, hp: AdamHyper
     flat = [treedef.flatten_up_to(t) for t in (mu, nu, mu_s, nu_s)]
     p_leaves = [None] * len(g_leaves) if params is None else treedef.flatten_up_to(params)
     d_leaves = [True] * len(g_leaves) if decay_mask is None else treedef.flatten_up_to(decay_mask)
-    outs = [
-        leaf_update(g, p, m, v, ms, vs, info, hp, block_size=block_size, decay=bool(d))
-        for g, p, m, v, ms, vs, d in zip(g_leaves, p_leaves, *flat, d_leaves)
-    ]
+    outs = []
+    for g, p, m, v, ms, vs, d in zip(g_leaves, p_leaves, *flat, d_leaves):
+        kw = dict(block_size=block_size, decay=bool(d))
+        xla = functools.partial(leaf_update, info=info, hp=hp, **kw)
+        if impl == "native" and native.supports(p, g, m, block_size=block_size, hp=hp):
+            fast = functools.partial(native.leaf_update, info=info, hp=hp, **kw)
+            outs.append(native.on_cpu(fast, xla, g, p, m, v, ms, vs))
+        else:
+            outs.append(xla(g, p, m, v, ms, vs))
     cols = list(zip(*outs)) if outs else [()] * 5
     updates, *moments = (treedef.unflatten(list(c)) for c in cols)
     return updates, tuple(moments)

@@ -95,7 +95,8 @@ def set_layer_moments(state, keys: Sequence[Any], moments: LayerMoments):
 
 
 def apply_layer_update(grads, moments: LayerMoments, params, step: StepInfo, hp: AdamHyperparams,
-                       *, block_size: int = 256, decay_mask=None):
+                       *, block_size: int = 256, decay_mask=None,
+                       impl: str = native.DEFAULT_IMPL):
     """Updates one subtree (e.g. a layer) for a step decided by :func:`begin_step`.
 
     Args:
@@ -106,6 +107,7 @@ def apply_layer_update(grads, moments: LayerMoments, params, step: StepInfo, hp:
       hp: :class:`AdamHyperparams` (``learning_rate=None`` for the bare Adam direction).
       block_size: the block size the state was created with.
       decay_mask: None (decay all) or a tree of Python bools matching ``grads``.
+      impl: as in ``adamw_8bit`` (give the transform's, to equal it bit for bit).
 
     Returns:
       ``(updates, new_moments)``; apply with ``optax.apply_updates``.
@@ -114,13 +116,14 @@ def apply_layer_update(grads, moments: LayerMoments, params, step: StepInfo, hp:
       >>> updates, moments = apply_layer_update(g, moments, p, info, hp)
     """
     updates, new = kernel.tree_update(grads, *moments, params, step, hp, block_size=block_size,
-                                      decay_mask=decay_mask)
+                                      decay_mask=decay_mask, impl=native.resolve_impl(impl))
     return updates, LayerMoments(*new)
 
 
 def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: AdamHyperparams,
                      *, block_size: int = 256, copy_dtype=jnp.bfloat16,
-                     decay_filter: Callable | None = None, decay_mask=None, impl: str = "xla"):
+                     decay_filter: Callable | None = None, decay_mask=None,
+                     impl: str = native.DEFAULT_IMPL):
     """One jitted pass over a layer: clip, Adam, fp32 master update and low-precision copy.
 
     ``master`` and ``moments`` are donated (their buffers hold the results); run it on the CPU
@@ -138,10 +141,10 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
         weight decay (paths are relative to the layer).
       decay_mask: alternatively, a tree of Python bools matching ``master`` (the unit's slice of
         ``AdamW8bitConfig.decay_mask(params)``); static. Not both.
-      impl: ``"xla"`` (default; bit-identical to the whole-tree transform), ``"native"`` (the
-        one-pass C++ kernel of ``native.py`` for fp32 masters with dynamic8 state, all cores;
-        equal to fp32 rounding; other tensors still take the XLA path) or ``"auto"`` (native
-        when it could be built, else xla).
+      impl: as in ``adamw_8bit``: ``"auto"`` (default), ``"native"`` (the one-pass C++ kernel
+        of ``native.py`` for fp32 masters with dynamic8 state, all cores; other tensors take the
+        XLA path) or ``"xla"``. With the transform's ``impl`` the results equal its update bit
+        for bit; native and xla agree to fp32 rounding.
 
     Returns:
       ``(new_master, new_copy, new_moments)``.
@@ -152,14 +155,7 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
     if decay_mask is not None and decay_filter is not None:
         raise ValueError("fused_layer_step got both decay_filter and decay_mask; give one")
     moments = LayerMoments(*moments)
-    if impl not in ("xla", "native", "auto"):
-        raise ValueError(f"impl={impl!r} is invalid; valid: 'xla', 'native', 'auto'")
-    if impl != "xla":
-        ok = native.available()
-        if impl == "native" and not ok:
-            raise ValueError(f"impl='native' is unavailable here ({native.unavailable_reason()}); "
-                             "use impl='xla' or 'auto'")
-        impl = "native" if ok else "xla"
+    impl = native.resolve_impl(impl)
     kernel.check_trees("master", master, grads=grads, mu=moments.mu, nu=moments.nu)
     kernel.check_trees("master", master, check_shapes=False, mu_scales=moments.mu_scales,
                        nu_scales=moments.nu_scales, decay_mask=decay_mask)
@@ -182,14 +178,15 @@ def _fused_layer_step(master, grads, moments, step, hp, *, block_size, copy_dtyp
     state = [treedef.flatten_up_to(t) for t in moments]
     outs = []
     for p, g, mu, nu, mu_s, nu_s, d in zip(leaves, g_leaves, *state, decay):
+        xla = functools.partial(kernel.leaf_master_step, info=step, hp=hp,
+                                block_size=block_size, decay=d, copy_dtype=copy_dtype)
         if impl == "native" and native.supports(p, g, mu, block_size=block_size,
                                                 copy_dtype=copy_dtype, hp=hp):
-            outs.append(native.leaf_master_step(p, g, mu, nu, mu_s, nu_s, step, hp,
-                                                block_size=block_size, decay=d))
+            fast = functools.partial(native.leaf_master_step, info=step, hp=hp,
+                                     block_size=block_size, decay=d)
+            outs.append(native.on_cpu(fast, xla, p, g, mu, nu, mu_s, nu_s))
         else:
-            outs.append(kernel.leaf_master_step(p, g, mu, nu, mu_s, nu_s, step, hp,
-                                                block_size=block_size, decay=d,
-                                                copy_dtype=copy_dtype))
+            outs.append(xla(p, g, mu, nu, mu_s, nu_s))
     cols = [treedef.unflatten(list(c)) for c in zip(*outs)] if outs else [master] * 6
     return cols[0], cols[1], LayerMoments(*cols[2:])
 

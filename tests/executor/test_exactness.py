@@ -48,7 +48,7 @@ def per_unit_update(tx, params, grads, state, global_norm):
         sub_g = grads[path[0]] if len(path) == 1 else grads["layers"][path[1]]
         moments = lt.optim.layer_moments(state, *path)
         new_p, _, moments = lt.optim.fused_layer_step(sub_p, jax.tree.map(jnp.asarray, sub_g), moments, info, hp,
-                                                      block_size=cfg.block_size)
+                                                      block_size=cfg.block_size, impl=cfg.impl)
         if len(path) == 1:
             params[path[0]] = new_p
         else:

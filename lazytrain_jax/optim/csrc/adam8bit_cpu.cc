@@ -27,6 +27,7 @@ constexpr float kMidV = static_cast<float>(2.0 * 255.0 * 255.0 * 255.0 * 255.0);
 
 struct Scalars {
   float clip, apply, b1, b2, eps, lr, wd, inv_bc1, inv_bc2;  // 1 / bias corrections
+  float rsqrt_bc2 = 0.0f;  // sqrt(inv_bc2), set by Run
 };
 
 inline uint16_t to_bf16(float x) {  // round to nearest even; NaN stays a (quiet) NaN
@@ -36,21 +37,29 @@ inline uint16_t to_bf16(float x) {  // round to nearest even; NaN stays a (quiet
   return static_cast<uint16_t>(x != x ? nan : rounded);
 }
 
-template <bool kDecay>  // a compile-time flag: a runtime one keeps the loop from vectorizing
+// Compile-time flags (a runtime one keeps the loop from vectorizing): kDecay, weight decay on
+// this tensor; kMaster, the host step (p updated in place, bf16 copy written; `out` is the copy)
+// or else the optax update (p only read; `out` receives the fp32 update u, 0 on a skipped step).
+template <bool kDecay, bool kMaster>
 void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
-                const float* __restrict__ g, float* __restrict__ p,
-                uint16_t* __restrict__ copy, int8_t* __restrict__ mc,
-                uint8_t* __restrict__ vc, float* __restrict__ ms, float* __restrict__ vs) {
+                const float* __restrict__ g, float* __restrict__ p, void* __restrict__ out,
+                int8_t* __restrict__ mc, uint8_t* __restrict__ vc, float* __restrict__ ms,
+                float* __restrict__ vs) {
   const float om1 = 1.0f - s.b1, om2 = 1.0f - s.b2;
   for (int64_t blk = b0; blk < b1_end; ++blk) {
     const int64_t o = blk * bs;
     const float* __restrict__ gb = g + o;
     float* __restrict__ pb = p + o;
-    uint16_t* __restrict__ cb = copy + o;
+    uint16_t* __restrict__ cb = static_cast<uint16_t*>(out) + o;
+    float* __restrict__ ub = static_cast<float*>(out) + o;
     int8_t* __restrict__ mb = mc + o;
     uint8_t* __restrict__ vb = vc + o;
-    if (s.apply == 0.0f) {  // skipped step: only the copy is written
-      for (int64_t i = 0; i < bs; ++i) cb[i] = to_bf16(pb[i]);
+    if (s.apply == 0.0f) {  // skipped step: only the copy (or a zero update) is written
+      if constexpr (kMaster) {
+        for (int64_t i = 0; i < bs; ++i) cb[i] = to_bf16(pb[i]);
+      } else {
+        std::memset(ub, 0, bs * sizeof(float));
+      }
       continue;
     }
     float gmax = 0.0f;
@@ -72,8 +81,9 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
     float sv = s.b2 * v_max + om2 * (g_max * g_max);
     sm = sm < kMinScale ? 0.0f : sm;
     sv = sv < kMinScale ? 0.0f : sv;
-    const float inv_m = sm > 0.0f ? 64.0f / sm : 0.0f;
-    const float inv_v = sv > 0.0f ? 64.0f / sv : 0.0f;
+    const float inv_m = sm > 0.0f ? (64.0f / sm) * (1.0f / 64.0f) : 0.0f;
+    const float inv_v = sv > 0.0f ? (64.0f / sv) * (1.0f / 64.0f) : 0.0f;
+    const float rinv_v = sv > 0.0f ? 1.0f / std::sqrt(sv) : 0.0f;  // sqrt(uv) ~ sqrt(v) * this
 #pragma omp simd
     for (int64_t i = 0; i < bs; ++i) {
       const float k = static_cast<float>(vb[i]);
@@ -84,19 +94,28 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
       const float gg = gb[i] * s.clip;
       const float m = om1 * gg + s.b1 * m_old;
       const float v = om2 * (gg * gg) + s.b2 * v_old;
-      float u = (m * s.inv_bc1) / (std::sqrt(v * s.inv_bc2) + s.eps);  // as XLA rewrites x / c
+      const float rv = std::sqrt(v);  // shared by the update and the v code's estimate
+      float u = (m * s.inv_bc1) / (rv * s.rsqrt_bc2 + s.eps);
       if constexpr (kDecay) u = u + s.wd * pb[i];
       u = -s.lr * u;
-      const float np = pb[i] + u;
-      pb[i] = np;
-      cb[i] = to_bf16(np);
-      const float um = (std::fabs(m) * (1.0f / 64.0f)) * inv_m;
-      float t = std::min(std::max(std::floor(127.0f * std::sqrt(um)), 0.0f), 126.0f);
+      if constexpr (kMaster) {
+        const float np = pb[i] + u;
+        pb[i] = np;
+        cb[i] = to_bf16(np);
+      } else {
+        ub[i] = u;
+      }
+      // um, uv: the moments over their block scales, exactly as XLA's (x / 64) * (64 / s)
+      // (a power-of-two factor moves no rounding). The code estimates need no clamp at 0
+      // (roots are >= 0; NaN stays NaN either way) and only pick the pair {t, t + 1} that
+      // the exact midpoint test below chooses from.
+      const float um = std::fabs(m) * inv_m;
+      float t = std::min(std::floor(127.0f * std::sqrt(um)), 126.0f);
       float t1 = t + 1.0f;
       float code = um * kMidM > t * t1 * 2.0f + 1.0f ? t1 : t;
-      mb[i] = static_cast<int8_t>(m < 0.0f ? -code : code);
-      const float uv = (v * (1.0f / 64.0f)) * inv_v;
-      t = std::min(std::max(std::floor(255.0f * std::sqrt(std::sqrt(uv))), 0.0f), 254.0f);
+      mb[i] = static_cast<int8_t>(std::copysign(code, m));  // -0 and +0 both give code 0
+      const float uv = v * inv_v;
+      t = std::min(std::floor(255.0f * std::sqrt(rv * rinv_v)), 254.0f);
       t1 = t + 1.0f;
       const float t2 = t * t, t12 = t1 * t1;
       vb[i] = static_cast<uint8_t>(uv * kMidV > t2 * t2 + t12 * t12 ? t1 : t);
@@ -113,38 +132,19 @@ int num_threads(int64_t asked) {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
-                        ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
-                        ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
-                        ffi::Buffer<ffi::F32> scalars, ffi::ResultBuffer<ffi::F32> p,
-                        ffi::ResultBuffer<ffi::BF16> copy, ffi::ResultBuffer<ffi::S8> mc,
-                        ffi::ResultBuffer<ffi::U8> vc, ffi::ResultBuffer<ffi::F32> ms,
-                        ffi::ResultBuffer<ffi::F32> vs, int64_t block_size, bool decay,
-                        int64_t threads) {
-  const int64_t n = g.element_count();
-  if (block_size <= 0 || n % block_size != 0 || scalars.element_count() != 9)
-    return ffi::Error::InvalidArgument("adam8bit: size must be a multiple of block_size");
-  const int64_t nb = n / block_size;
-  if (ms_in.element_count() != nb) return ffi::Error::InvalidArgument("adam8bit: scale shape");
-  // outputs alias the donated inputs; copy when XLA could not alias them
-  if (p->typed_data() != p_in.typed_data())
-    std::memcpy(p->typed_data(), p_in.typed_data(), n * 4);
-  if (mc->typed_data() != mc_in.typed_data())
-    std::memcpy(mc->typed_data(), mc_in.typed_data(), n);
-  if (vc->typed_data() != vc_in.typed_data())
-    std::memcpy(vc->typed_data(), vc_in.typed_data(), n);
-  if (ms->typed_data() != ms_in.typed_data())
-    std::memcpy(ms->typed_data(), ms_in.typed_data(), nb * 4);
-  if (vs->typed_data() != vs_in.typed_data())
-    std::memcpy(vs->typed_data(), vs_in.typed_data(), nb * 4);
+template <bool kMaster>
+ffi::Error Run(int64_t n, int64_t block_size, bool decay, int64_t threads,
+               ffi::Buffer<ffi::F32> scalars, const float* g, float* p, void* out, int8_t* mc,
+               uint8_t* vc, float* ms, float* vs) {
   const float* sc = scalars.typed_data();
-  const Scalars s{sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7], sc[8]};
-  auto* cp = reinterpret_cast<uint16_t*>(copy->typed_data());
-  const int t = static_cast<int>(std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, nb / 64)));
+  Scalars s{sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7], sc[8]};
+  s.rsqrt_bc2 = std::sqrt(s.inv_bc2);
+  const int64_t nb = n / block_size;
+  const int t = static_cast<int>(
+      std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, nb / 64)));
   auto work = [&](int64_t lo, int64_t hi) {
-    auto* fn = decay ? &run_blocks<true> : &run_blocks<false>;
-    fn(lo, hi, block_size, s, g.typed_data(), p->typed_data(), cp, mc->typed_data(),
-       vc->typed_data(), ms->typed_data(), vs->typed_data());
+    auto* fn = decay ? &run_blocks<true, kMaster> : &run_blocks<false, kMaster>;
+    fn(lo, hi, block_size, s, g, p, out, mc, vc, ms, vs);
   };
   if (t <= 1) {
     work(0, nb);
@@ -155,6 +155,62 @@ ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
     for (auto& th : pool) th.join();
   }
   return ffi::Error::Success();
+}
+
+ffi::Error CheckShapes(int64_t n, int64_t block_size, int64_t num_scales, int64_t num_scalars) {
+  if (block_size <= 0 || n % block_size != 0)
+    return ffi::Error::InvalidArgument("adam8bit: size must be a multiple of block_size");
+  if (num_scales != n / block_size) return ffi::Error::InvalidArgument("adam8bit: scale shape");
+  if (num_scalars != 9) return ffi::Error::InvalidArgument("adam8bit: 9 scalars expected");
+  return ffi::Error::Success();
+}
+
+template <typename T>
+void CopyIfNotAliased(T* dst, const T* src, int64_t count) {  // XLA could not alias a donation
+  if (dst != src) std::memcpy(dst, src, count * sizeof(T));
+}
+
+// The host step: p, codes and scales updated in place (aliased), bf16 copy of the new p.
+ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
+                        ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
+                        ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
+                        ffi::Buffer<ffi::F32> scalars, ffi::ResultBuffer<ffi::F32> p,
+                        ffi::ResultBuffer<ffi::BF16> copy, ffi::ResultBuffer<ffi::S8> mc,
+                        ffi::ResultBuffer<ffi::U8> vc, ffi::ResultBuffer<ffi::F32> ms,
+                        ffi::ResultBuffer<ffi::F32> vs, int64_t block_size, bool decay,
+                        int64_t threads) {
+  const int64_t n = g.element_count(), nb = ms_in.element_count();
+  ffi::Error err = CheckShapes(n, block_size, nb, scalars.element_count());
+  if (err.failure()) return err;
+  CopyIfNotAliased(p->typed_data(), p_in.typed_data(), n);
+  CopyIfNotAliased(mc->typed_data(), mc_in.typed_data(), n);
+  CopyIfNotAliased(vc->typed_data(), vc_in.typed_data(), n);
+  CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
+  CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
+  return Run<true>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(),
+                   copy->typed_data(), mc->typed_data(), vc->typed_data(), ms->typed_data(),
+                   vs->typed_data());
+}
+
+// The optax update: p only read; returns u and the new codes and scales (aliased).
+ffi::Error Adam8bitUpdateImpl(ffi::Buffer<ffi::F32> p, ffi::Buffer<ffi::F32> g,
+                              ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
+                              ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
+                              ffi::Buffer<ffi::F32> scalars, ffi::ResultBuffer<ffi::F32> u,
+                              ffi::ResultBuffer<ffi::S8> mc, ffi::ResultBuffer<ffi::U8> vc,
+                              ffi::ResultBuffer<ffi::F32> ms, ffi::ResultBuffer<ffi::F32> vs,
+                              int64_t block_size, bool decay, int64_t threads) {
+  const int64_t n = g.element_count(), nb = ms_in.element_count();
+  ffi::Error err = CheckShapes(n, block_size, nb, scalars.element_count());
+  if (err.failure()) return err;
+  CopyIfNotAliased(mc->typed_data(), mc_in.typed_data(), n);
+  CopyIfNotAliased(vc->typed_data(), vc_in.typed_data(), n);
+  CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
+  CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
+  // p is read, never written (const_cast only to share the loop with the host step)
+  return Run<false>(n, block_size, decay, threads, scalars, g.typed_data(),
+                    const_cast<float*>(p.typed_data()), u->typed_data(), mc->typed_data(),
+                    vc->typed_data(), ms->typed_data(), vs->typed_data());
 }
 
 }  // namespace
@@ -170,6 +226,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitCpu, Adam8bitImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::BF16>>()
+                                  .Ret<ffi::Buffer<ffi::S8>>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("block_size")
+                                  .Attr<bool>("decay")
+                                  .Attr<int64_t>("threads"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitUpdateCpu, Adam8bitUpdateImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
