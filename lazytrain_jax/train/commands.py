@@ -114,11 +114,22 @@ def _eval(args) -> int:
     tok = load_tokenizer(args.tokenizer or args.model)
     examples = list(read_jsonl(args.data, skip_bad_lines=args.skip_bad_lines).examples)[:args.num or None]
     fmt = PromptFormat(template=args.template, **({"plain_prompt": args.plain_prompt} if args.plain_prompt else {}))
-    res = exact_match(model, examples, tok, fmt=fmt, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    device_memory = args.device_memory
+    if device_memory is None and jax_platform() != "cpu":
+        from lazytrain_jax.train.autoplan import device_memory_default
+        device_memory = device_memory_default()
+    res = exact_match(model, examples, tok, fmt=fmt, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                      device_memory=device_memory)
+    print(f"generation: {res.decoder}")
     for query, text, ref in res.samples:
         print(f"  {query!r} -> {text!r} (reference {ref})")
     print(f"exact match {100 * res.accuracy:.1f} % ({res.num_correct}/{res.num_total}) in {res.seconds:.1f} s")
     return 0
+
+
+def jax_platform() -> str:
+    import jax
+    return jax.devices()[0].platform
 
 
 def _profile(args) -> int:
@@ -162,7 +173,7 @@ class _HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefault
 
 def register(sub) -> None:
     """Adds train / eval / profile / export / demo to the ``lazytrain`` subparsers."""
-    from lazytrain_jax.cli import _int_at_least
+    from lazytrain_jax.cli import _int_at_least, _number
 
     fmt = _HelpFormat
     demo = sub.add_parser("demo", formatter_class=fmt,
@@ -198,6 +209,10 @@ def register(sub) -> None:
     ev.add_argument("--plain-prompt", default=None,
                     help="the plain prompt template with {query}; None means 'Question: {query}\\nAnswer: '")
     ev.add_argument("--skip-bad-lines", action="store_true", help="skip malformed JSONL lines (counted)")
+    ev.add_argument("--device-memory", type=_number("--device-memory", 0.0, None, True), default=None,
+                    help="device bytes generation may use; when the model, KV cache and working set do not fit, "
+                         "the layers are streamed over each batch (default: the accelerator's free memory; "
+                         "no limit on the CPU backend)")
     ev.set_defaults(func=guarded(_eval))
     prof = sub.add_parser("profile", formatter_class=fmt, help="measure unit costs and this machine's rates (lt.profile)")
     prof.add_argument("model", help="preset name or Hugging Face model directory")
