@@ -39,8 +39,8 @@ def exact_match(model, examples: Sequence[Example], tokenizer, *, fmt: PromptFor
       tokenizer: its tokenizer; fmt: the prompt format used in training.
       max_new_tokens: generation budget; batch_size: prompts per batch.
       device_memory: device bytes generation may use (None: no limit). When the weights, KV cache and
-        working set do not fit, the layers are streamed over the whole batch
-        (``lazytrain_jax.executor.generate.choose_decoder``).
+        working set do not fit, the layers are streamed over the whole batch, and the batch is halved
+        until it fits (``lazytrain_jax.executor.generate.choose_decoder``).
 
     Returns:
       EvalResult.
@@ -62,8 +62,8 @@ def exact_match(model, examples: Sequence[Example], tokenizer, *, fmt: PromptFor
             eos.add(tid)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     num_rows = min(batch_size, len(prompts))
-    decoder, how = choose_decoder(model, device_memory=device_memory, num_rows=num_rows,
-                                  prompt_len=max(1, max(map(len, prompts))), max_new_tokens=max_new_tokens)
+    decoder, how, num_rows = choose_decoder(model, device_memory=device_memory, num_rows=num_rows,
+                                            prompt_len=max(1, max(map(len, prompts))), max_new_tokens=max_new_tokens)
     outputs = generate(model, prompts, max_new_tokens=max_new_tokens, eos_token_ids=sorted(eos), pad_token_id=pad,
                        batch_size=num_rows, decoder=decoder)
     correct, samples = 0, []

@@ -156,28 +156,34 @@ def generation_bytes(model, num_rows: int, prompt_len: int, max_new_tokens: int)
 
 
 def choose_decoder(model, *, device_memory: float | None, num_rows: int, prompt_len: int, max_new_tokens: int):
-    """The decoder for generation under ``device_memory`` bytes (None: no limit, resident).
+    """The decoder and batch size for generation under ``device_memory`` bytes (None: no limit, resident).
 
-    Resident when weights, cache and working set fit; else layer-streamed with the KV cache on the
-    device; else streamed with the cache on the host. Raises ValueError when even that does not fit.
+    For ``num_rows`` prompts per batch, then half as many, and so on down to one: resident when
+    weights, cache and working set fit; else layer-streamed with the KV cache on the device; else
+    streamed with the cache on the host. Raises ValueError when not even one prompt fits.
 
     Returns:
-      (decoder, description) -- e.g. ``(StreamedDecoder(...), "streamed, KV cache on device")``.
+      (decoder, description, rows) -- e.g. ``(StreamedDecoder(...), "streamed, KV cache on device", 64)``.
 
     Example:
-      >>> decoder, how = choose_decoder(model, device_memory=2e9, num_rows=64, prompt_len=40, max_new_tokens=32)
+      >>> decoder, how, rows = choose_decoder(model, device_memory=2e9, num_rows=64, prompt_len=40,
+      ...                                     max_new_tokens=32)
     """
     if device_memory is None:
-        return ResidentDecoder(model), "resident"
+        return ResidentDecoder(model), "resident", num_rows
     if not isinstance(device_memory, (int, float)) or isinstance(device_memory, bool) or not device_memory > 0:
         raise ValueError(f"device_memory={device_memory!r} must be a number of bytes > 0")
-    need = generation_bytes(model, num_rows, prompt_len, max_new_tokens)
-    if need.resident() <= device_memory:
-        return ResidentDecoder(model), "resident"
-    for place in KV_CACHE_PLACES:
-        if need.streamed(place) <= device_memory:
-            return StreamedDecoder(model, kv_cache=place), f"streamed, KV cache on {place}"
-    raise ValueError(f"generation does not fit device_memory={device_memory:.4g} bytes even layer-streamed with "
-                     f"the KV cache on the host: it needs {need.streamed('host'):.4g} (two units of "
-                     f"{need.largest_unit} bytes, one layer's cache {need.kv_layer}, working set {need.working}); "
-                     f"use a smaller eval batch size")
+    rows = num_rows
+    while True:
+        need = generation_bytes(model, rows, prompt_len, max_new_tokens)
+        if need.resident() <= device_memory:
+            return ResidentDecoder(model), "resident", rows
+        for place in KV_CACHE_PLACES:
+            if need.streamed(place) <= device_memory:
+                return StreamedDecoder(model, kv_cache=place), f"streamed, KV cache on {place}", rows
+        if rows == 1:
+            raise ValueError(f"generation does not fit device_memory={device_memory:.4g} bytes even for one prompt, "
+                             f"layer-streamed with the KV cache on the host: it needs {need.streamed('host'):.4g} "
+                             f"(two units of {need.largest_unit} bytes, one layer's cache {need.kv_layer}, "
+                             f"working set {need.working})")
+        rows = max(1, rows // 2)

@@ -174,16 +174,17 @@ class _HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefault
 def register(sub) -> None:
     """Adds train / eval / profile / export / demo to the ``lazytrain`` subparsers."""
     from lazytrain_jax.cli import _int_at_least, _number
+    from lazytrain_jax.train.demo import DEMO_BATCH, DEMO_SEQ, DEMO_STEPS
 
     fmt = _HelpFormat
     demo = sub.add_parser("demo", formatter_class=fmt,
                           help="train a tiny Qwen3 from scratch on 2-digit +/- (streamed, offloaded); report exact match")
     demo.add_argument("--out", default="lazytrain-demo", help="directory for the log, PNGs and HF checkpoint")
-    demo.add_argument("--steps", type=_int_at_least("--steps", 1), default=None,
-                      help="training steps (default: the demo's recipe, 500)")
-    demo.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=64, help="sequences per step")
-    demo.add_argument("--seq-len", type=_int_at_least("--seq-len", 2), default=40,
-                      help="tokens per sequence (40 holds every problem with its working)")
+    demo.add_argument("--steps", type=_int_at_least("--steps", 1), default=DEMO_STEPS, help="training steps")
+    demo.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=DEMO_BATCH,
+                      help="sequences per step")
+    demo.add_argument("--seq-len", type=_int_at_least("--seq-len", 2), default=DEMO_SEQ,
+                      help=f"tokens per sequence ({DEMO_SEQ} holds every problem with its working)")
     demo.add_argument("--num-eval", type=_int_at_least("--num-eval", 1), default=256, help="held-out problems")
     demo.add_argument("--seed", type=_int_at_least("--seed", 0), default=0, help="data split, shuffle and init seed")
     demo.add_argument("--eval-every", type=_int_at_least("--eval-every", 1), default=None,

@@ -61,12 +61,17 @@ def test_choose_decoder_follows_the_byte_model():
              (need.resident() - 1, StreamedDecoder, "streamed, KV cache on device"),
              (need.streamed("device") - 1, StreamedDecoder, "streamed, KV cache on host")]
     for budget, kind, how in cases:
-        decoder, text = choose_decoder(model, device_memory=budget, **shape)
-        assert isinstance(decoder, kind) and text == how, (budget, text)
+        decoder, text, rows = choose_decoder(model, device_memory=budget, **shape)
+        assert isinstance(decoder, kind) and text == how and rows == 8, (budget, text, rows)
         if kind is StreamedDecoder:
             assert decoder.kv_cache == how.rsplit(" ", 1)[1]
-    with pytest.raises(ValueError, match=r"does not fit device_memory=.* even layer-streamed"):
-        choose_decoder(model, device_memory=need.streamed("host") - 1, **shape)
+    # below the host-cache form for 8 rows: the batch halves until a form fits
+    decoder, text, rows = choose_decoder(model, device_memory=need.streamed("host") - 1, **shape)
+    half = generation_bytes(model, 4, shape["prompt_len"], shape["max_new_tokens"])
+    assert rows == 4 and half.streamed("host") <= need.streamed("host") - 1 < half.resident()
+    one = generation_bytes(model, 1, shape["prompt_len"], shape["max_new_tokens"])
+    with pytest.raises(ValueError, match=r"does not fit device_memory=.* even for one prompt"):
+        choose_decoder(model, device_memory=one.streamed("host") - 1, **shape)
     with pytest.raises(ValueError, match=r"device_memory=-1 must be a number of bytes > 0"):
         choose_decoder(model, device_memory=-1, **shape)
     with pytest.raises(ValueError, match=r"kv_cache='disk' is not valid; valid: \['device', 'host'\]"):

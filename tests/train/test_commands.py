@@ -87,7 +87,7 @@ def test_train_resume_refuses_another_models_checkpoint_and_export(workdir, caps
     assert "exact match" in _run.out and "generation: resident" in _run.out
     code, err = _run(capsys, "eval", str(tmp_path / "hf"), str(d / "eval.jsonl"), "--max-new-tokens", "4",
                      "--template", "plain", "--plain-prompt", "{query}\n", "--device-memory", "1000")
-    assert code == 1 and "generation does not fit device_memory=1000 bytes even layer-streamed" in err
+    assert code == 1 and "generation does not fit device_memory=1000 bytes even for one prompt" in err
     code, err = _run(capsys, "export", str(tmp_path / "nothing"), str(tmp_path / "x"))
     assert code == 1 and "is not a directory" in err
 
