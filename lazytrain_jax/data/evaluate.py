@@ -14,7 +14,8 @@ from lazytrain_jax.data.jsonl import Example
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
     """accuracy = num_correct / num_total; samples: the first few (query, generated, reference answer);
-    decoder: how generation ran ("resident", or "streamed, KV cache on device|host")."""
+    decoder: how generation ran ("resident", or "streamed, KV cache on device|host"); batch_size: the
+    prompts per batch it ran with (the one asked for, or less where that did not fit the device)."""
 
     accuracy: float
     num_correct: int
@@ -22,10 +23,11 @@ class EvalResult:
     seconds: float
     samples: tuple[tuple[str, str, str], ...] = ()
     decoder: str = "resident"
+    batch_size: int = 0
 
     def to_dict(self) -> dict:
         return {"accuracy": self.accuracy, "num_correct": self.num_correct, "num_total": self.num_total,
-                "eval_seconds": self.seconds, "eval_decoder": self.decoder}
+                "eval_seconds": self.seconds, "eval_decoder": self.decoder, "eval_batch_size": self.batch_size}
 
 
 def exact_match(model, examples: Sequence[Example], tokenizer, *, fmt: PromptFormat | None = None,
@@ -77,4 +79,5 @@ def exact_match(model, examples: Sequence[Example], tokenizer, *, fmt: PromptFor
         if len(samples) < num_samples:
             samples.append((ex.query, text, ref))
     return EvalResult(accuracy=correct / len(examples), num_correct=correct, num_total=len(examples),
-                      seconds=time.perf_counter() - t0, samples=tuple(samples), decoder=how)
+                      seconds=time.perf_counter() - t0, samples=tuple(samples), decoder=how,
+                      batch_size=num_rows)

@@ -94,7 +94,8 @@ def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed:
     for query, text, ref in result.eval.samples:
         say(f"  {query} -> {text!r}  (reference {ref})")
     acc = result.eval.accuracy
-    say(f"exact match on {result.eval.num_total} held-out problems ({result.eval.decoder} generation): {100 * acc:.1f} % "
+    say(f"exact match on {result.eval.num_total} held-out problems (generation {result.eval.decoder}, "
+        f"{result.eval.batch_size} per batch): {100 * acc:.1f} % "
         f"({result.eval.num_correct}/{result.eval.num_total}); target 90 %: {'reached' if acc >= 0.9 else 'NOT reached'}")
     say(f"wrote {out_dir}/log (log.jsonl, summary.txt, loss.png, timeline.png, trace.json), {out_dir}/hf "
         f"(Hugging Face checkpoint), {out_dir}/checkpoints; total {time.perf_counter() - t0:.0f} s")

@@ -92,4 +92,5 @@ def test_exact_match_streamed_equals_resident():
         streamed = exact_match(model, held, ds.tokenizer, fmt=FMT, max_new_tokens=6, batch_size=4,
                                device_memory=budget)
         assert streamed.decoder == how and resident.decoder == "resident"
+        assert streamed.batch_size == resident.batch_size == 4
         assert (streamed.num_correct, streamed.samples) == (resident.num_correct, resident.samples)
