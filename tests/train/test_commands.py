@@ -65,6 +65,7 @@ def test_bad_inputs_exit_1_with_a_clear_message(workdir, capsys, tmp_path):
     code, err = _run(capsys, "train", _config(d, vocab), "--set", "data.skip_bad_lines=true", "--set",
                      f"data.train_file={bad}", "--set", "train.steps=1")
     assert code == 0, err
+    assert "1 examples (1 bad lines skipped" in _run.out, _run.out
 
 
 def test_train_resume_refuses_another_models_checkpoint_and_export(workdir, capsys, tmp_path):
