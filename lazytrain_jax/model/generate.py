@@ -145,7 +145,6 @@ def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
       A list of generated token lists (up to and excluding the first EOS); with ``return_logits`` also
       the ``[B, num_steps, V]`` logits of every step (for checks against ``lt.forward``).
     """
-    cfg = model.config
     num_rows = len(prompts)
     P = max(1, max(len(p) for p in prompts), prompt_length or 0)
     T = P + max_new_tokens

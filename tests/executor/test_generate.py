@@ -1,6 +1,7 @@
 """Layer-streamed greedy generation against the resident KV-cache decoder: same tokens, the weights
 crossing once per decoder call for the whole batch, and the decoder chosen from the device budget."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -28,16 +29,11 @@ def test_streamed_tokens_equal_resident(kv_cache, preset, tied):
     assert np.abs(logits - ref_logits).max() <= 1e-5 * np.abs(ref_logits).max()
     # one prefill and steps - 1 decode calls; each uploads every layer and the head once for the batch
     params = model.params
-    per_call = sum(np.asarray(x).nbytes for x in jax_leaves(params["layers"]) + jax_leaves(params["head"]))
+    per_call = sum(np.asarray(x).nbytes for x in jax.tree.leaves(params["layers"]) + jax.tree.leaves(params["head"]))
     if tied:
-        per_call += sum(np.asarray(x).nbytes for x in jax_leaves(params["embed"]))
+        per_call += sum(np.asarray(x).nbytes for x in jax.tree.leaves(params["embed"]))
     assert decoder.num_calls == steps
     assert decoder.uploaded_weight_bytes == steps * per_call
-
-
-def jax_leaves(tree):
-    import jax
-    return jax.tree.leaves(tree)
 
 
 def test_streamed_generate_batches_and_eos_agree_with_resident():
