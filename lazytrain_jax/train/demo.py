@@ -13,7 +13,7 @@ import time
 DEMO_MODEL = dict(model_type="qwen3", hidden_size=128, intermediate_size=512, num_layers=4, num_heads=4,
                   num_kv_heads=2, head_dim=32, rope_theta=10000.0, qk_norm=True, tie_word_embeddings=True,
                   max_position_embeddings=64)
-DEMO_BATCH, DEMO_SEQ, DEMO_STEPS, DEMO_LR = 32, 40, 650, 3e-3
+DEMO_BATCH, DEMO_SEQ, DEMO_STEPS, DEMO_LR = 32, 40, 600, 3e-3
 DEMO_PROMPT = "{query}\n"
 # the device budget: this fraction of the way from the smallest feasible peak to the peak with every
 # boundary on the device, so some boundaries must leave the device (host, NVMe) or be recomputed
