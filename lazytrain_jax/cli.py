@@ -134,8 +134,9 @@ def _plan(args) -> int:
     from lazytrain_jax.schedule.api import plan
     from lazytrain_jax.schedule.hardware import Hardware
 
-    if args.out:
-        check_writable_file_path(args.out)  # before solving, not after
+    for path in (args.out, args.trace, args.png):
+        if path:
+            check_writable_file_path(path)  # before solving, not after
     config = _model_config(args.model)
     label = os.path.basename(os.path.normpath(args.model)) if os.path.isdir(args.model) else args.model
     hardware = Hardware.preset(args.hardware, **_hardware_overrides(args.set))
@@ -150,6 +151,17 @@ def _plan(args) -> int:
     if args.out:
         result.save(args.out)
         print(f"plan saved to {args.out}")
+    if args.trace or args.png:
+        from lazytrain_jax.schedule.simulator import simulate
+        from lazytrain_jax.schedule.trace import save_chrome_trace, save_gantt_png
+        predicted = simulate(result)
+        if args.trace:
+            save_chrome_trace(predicted, args.trace)
+            print(f"predicted trace saved to {args.trace} (Chrome/Perfetto JSON)")
+        if args.png:
+            save_gantt_png(predicted, args.png, title=f"{label} on {hardware.name}: predicted step "
+                                                      f"{predicted.step_time_s:.3f} s")
+            print(f"predicted Gantt chart saved to {args.png}")
     return 0
 
 
@@ -182,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--time-limit", type=_number("--time-limit", 0.0, None, True), default=30.0,
                       help="CBC seconds per MILP (> 0)")
     plan.add_argument("--out", default=None, help="save the plan as JSON (atomically); checked before solving")
+    plan.add_argument("--trace", default=None,
+                      help="write the simulated step as a Chrome/Perfetto trace JSON (checked before solving)")
+    plan.add_argument("--png", default=None, help="write the simulated step as a Gantt chart PNG (needs matplotlib)")
     plan.set_defaults(func=_plan)
     version = sub.add_parser("version", help="print the version", formatter_class=fmt)
     version.set_defaults(func=lambda a: print(f"lazytrain_jax {__version__}") or 0)
@@ -194,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from lazytrain_jax.host_alloc import keep_freed_host_blocks
+    keep_freed_host_blocks()  # steps reuse freed host buffers instead of page-faulting fresh ones
     try:
         return args.func(args)
     except (ValueError, OSError) as e:  # bad input; unreadable input or unwritable --out path

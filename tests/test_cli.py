@@ -62,3 +62,16 @@ def test_plan_unwritable_out_is_one_line_error(tmp_path, capsys, where):
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("lazytrain: error: ") and err.count("\n") == 1, err
     assert (tmp_path / "file").read_text() == "x"
+
+
+def test_plan_writes_predicted_trace_and_png(tmp_path, capsys):
+    from tests.trace_check import assert_valid_trace
+
+    trace, png = tmp_path / "step.json", tmp_path / "step.png"
+    assert cli.main(["plan", "qwen3-debug", "--batch-size", "2", "--seq-len", "32", "--trace", str(trace),
+                     "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert f"predicted trace saved to {trace}" in out and f"predicted Gantt chart saved to {png}" in out
+    events = assert_valid_trace(trace)
+    assert {"compute", "h2d", "d2h"} <= {e["cat"] for e in events}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000

@@ -24,6 +24,10 @@ def no_solving(monkeypatch):
 @pytest.mark.parametrize("argv, match", [
     (["plan", "qwen3-debug", "--out", "{tmp}/missing/dir/p.json"], r"cannot write .*missing/dir/p.json: .* is not a directory"),
     (["plan", "qwen3-debug", "--out", "{tmp}"], r"cannot write .*: it is a directory; give a file name"),
+    (["plan", "qwen3-debug", "--trace", "{tmp}/missing/t.json"], r"cannot write .*missing/t.json: .* is not a directory"),
+    (["plan", "qwen3-debug", "--trace", "{tmp}/a_file/t.json"], r"cannot write .*a_file/t.json: .* is not a directory"),
+    (["plan", "qwen3-debug", "--png", "{tmp}"], r"cannot write .*: it is a directory; give a file name"),
+    (["plan", "qwen3-debug", "--png", "{tmp}/missing/g.png"], r"cannot write .*missing/g.png: .* is not a directory"),
     (["plan", "qwen3-debug", "--set", "device_memory=inf"], r"--set 'device_memory=inf': device_memory must be a finite"),
     (["plan", "qwen3-debug", "--set", "h2d_bw=nan"], r"--set 'h2d_bw=nan': h2d_bw must be a finite"),
     (["plan", "qwen3-debug", "--set", "device_memry=1e9"], r"unknown Hardware field 'device_memry'; did you mean 'device_memory'"),

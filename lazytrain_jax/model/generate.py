@@ -1,4 +1,4 @@
-"""Greedy generation with a KV cache, resident on the device, built from the model's own layer modules.
+"""Greedy generation with a KV cache, built from the model's own layer modules.
 
 A layer step runs the same submodules as ``DecoderLayer.__call__`` (norms, projections, q/k norm,
 RoPE, MLP) and attends over a cache instead of the full sequence, so generated tokens equal the
@@ -62,23 +62,65 @@ def layer_step(layer, h_BxQxD, positions_BxQ, k_BxTxKxE, v_BxTxKxE, key_mask_BxQ
     return h_BxQxD, k_BxTxKxE, v_BxTxKxE
 
 
+def layer_kv_step(cfg: ModelConfig, kind: str):
+    """``fn(layer_params, h_BxQxD, positions_BxQ, k_BxTxKxE, v_BxTxKxE, key_mask_BxQxT, start) -> (h, k, v)``:
+    :func:`layer_step` as a pure function of one layer's parameters (the streamed decoder jits it once
+    per kind; the resident step calls it for every layer)."""
+    layer_def = get_units(cfg).layer_defs[kind]
+
+    def fn(layer_params, h_BxQxD, positions_BxQ, k_BxTxKxE, v_BxTxKxE, key_mask_BxQxT, start):
+        return layer_step(nnx.merge(layer_def, layer_params), h_BxQxD, positions_BxQ, k_BxTxKxE, v_BxTxKxE,
+                          key_mask_BxQxT, start)
+
+    return fn
+
+
+def last_logits(cfg: ModelConfig, head_params, tied_weight_VxD, h_BxQxD):
+    """fp32 logits ``[B, V]`` of the last position (the next token's)."""
+    return get_units(cfg).head_logits(head_params, tied_weight_VxD, h_BxQxD[:, -1:])[:, 0]
+
+
+def tied_weight(cfg: ModelConfig, params):
+    """The embedding table the head reuses, or None when the head has its own weight."""
+    return params["embed"]["embed_tokens"]["weight"] if cfg.tie_word_embeddings else None
+
+
 @functools.lru_cache(maxsize=16)
 def _step_fn(cfg: ModelConfig):
     units = get_units(cfg)
+    layer_fns = {kind: layer_kv_step(cfg, kind) for kind in set(cfg.layer_kinds)}
 
     def step(params, ids_BxQ, positions_BxQ, caches, key_mask_BxQxT, start):
         h_BxQxD = units.embed(params["embed"], ids_BxQ)
         new_caches = []
         for kind, layer_params, (k_cache, v_cache) in zip(cfg.layer_kinds, params["layers"], caches):
-            layer = nnx.merge(units.layer_defs[kind], layer_params)
-            h_BxQxD, k_cache, v_cache = layer_step(layer, h_BxQxD, positions_BxQ, k_cache, v_cache,
-                                                   key_mask_BxQxT, start)
+            h_BxQxD, k_cache, v_cache = layer_fns[kind](layer_params, h_BxQxD, positions_BxQ, k_cache, v_cache,
+                                                        key_mask_BxQxT, start)
             new_caches.append((k_cache, v_cache))
-        tied = params["embed"]["embed_tokens"]["weight"] if cfg.tie_word_embeddings else None
-        logits_Bx1xV = units.head_logits(params["head"], tied, h_BxQxD[:, -1:])
-        return logits_Bx1xV[:, 0], new_caches
+        return last_logits(cfg, params["head"], tied_weight(cfg, params), h_BxQxD), new_caches
 
     return jax.jit(step, donate_argnums=(3,))
+
+
+class ResidentDecoder:
+    """Every weight on the device at once; one jitted step runs all layers (prefill or one decode step).
+
+    A decoder is called as ``decoder(ids_BxQ, positions_BxQ, caches, key_mask_BxQxT, start) ->
+    (logits_BxV, caches)``; ``decoder.init_cache(num_rows, T)`` gives the empty per-layer (k, v) caches.
+    The layer-streamed one is ``lazytrain_jax.executor.generate.StreamedDecoder``.
+    """
+
+    def __init__(self, model, params=None):
+        self.config = model.config
+        self.params = jax.device_put(model.params) if params is None else params
+        self.dtype = jax.tree.leaves(self.params)[0].dtype
+
+    def init_cache(self, num_rows: int, T: int):
+        shape = (num_rows, T, self.config.num_kv_heads, self.config.head_dim)
+        return [(jnp.zeros(shape, self.dtype), jnp.zeros(shape, self.dtype)) for _ in range(self.config.num_layers)]
+
+    def __call__(self, ids_BxQ, positions_BxQ, caches, key_mask_BxQxT, start):
+        return _step_fn(self.config)(self.params, ids_BxQ, positions_BxQ, caches, key_mask_BxQxT, start)
 
 
 def _left_pad(prompts: Sequence[Sequence[int]], length: int, pad_id: int):
@@ -92,28 +134,27 @@ def _left_pad(prompts: Sequence[Sequence[int]], length: int, pad_id: int):
 
 
 def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_token_ids: Sequence[int],
-                   pad_token_id: int = 0, params=None, prompt_length: int | None = None,
+                   pad_token_id: int = 0, decoder=None, prompt_length: int | None = None,
                    return_logits: bool = False):
     """Greedy continuation of one batch of prompts (left-padded to the longest).
+
+    ``decoder`` runs the model (default: a ``ResidentDecoder`` of ``model``); this function owns the
+    masks, positions, the greedy choice and stopping, whichever decoder runs the layers.
 
     Returns:
       A list of generated token lists (up to and excluding the first EOS); with ``return_logits`` also
       the ``[B, num_steps, V]`` logits of every step (for checks against ``lt.forward``).
     """
-    cfg = model.config
     num_rows = len(prompts)
     P = max(1, max(len(p) for p in prompts), prompt_length or 0)
     T = P + max_new_tokens
     ids_BxP, mask_BxP = _left_pad(prompts, P, pad_token_id)
     positions_BxP = np.maximum(np.cumsum(mask_BxP, axis=1) - 1, 0).astype(np.int32)
-    params = jax.device_put(model.params) if params is None else params
-    dtype = jax.tree.leaves(params)[0].dtype
-    caches = [(jnp.zeros((num_rows, T, cfg.num_kv_heads, cfg.head_dim), dtype),
-               jnp.zeros((num_rows, T, cfg.num_kv_heads, cfg.head_dim), dtype)) for _ in range(cfg.num_layers)]
+    step = ResidentDecoder(model) if decoder is None else decoder
+    caches = step.init_cache(num_rows, T)
     valid_BxT = np.concatenate([mask_BxP, np.ones((num_rows, max_new_tokens), np.int32)], axis=1) != 0
     causal_PxT = np.arange(T)[None, :] <= np.arange(P)[:, None]
-    step = _step_fn(cfg)
-    logits_BxV, caches = step(params, ids_BxP, positions_BxP, caches, valid_BxT[:, None, :] & causal_PxT[None],
+    logits_BxV, caches = step(ids_BxP, positions_BxP, caches, valid_BxT[:, None, :] & causal_PxT[None],
                               np.int32(0))
     eos = np.asarray(list(eos_token_ids), np.int64)
     next_positions_B = mask_BxP.sum(axis=1).astype(np.int32)
@@ -133,7 +174,7 @@ def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
         if done.all() or t == max_new_tokens - 1:
             break
         key_mask_Bx1xT = (valid_BxT & (np.arange(T) <= P + t)[None])[:, None, :]
-        logits_BxV, caches = step(params, token_B.astype(np.int32)[:, None], (next_positions_B + t)[:, None],
+        logits_BxV, caches = step(token_B.astype(np.int32)[:, None], (next_positions_B + t)[:, None],
                                   caches, key_mask_Bx1xT, np.int32(P + t))
     if return_logits:
         return out, np.stack(all_logits, axis=1)
@@ -141,8 +182,8 @@ def generate_batch(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
 
 
 def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_token_ids: Sequence[int],
-             pad_token_id: int = 0, batch_size: int = 64) -> list[list[int]]:
-    """Greedy generation with a KV cache for any number of prompts (resident on the device).
+             pad_token_id: int = 0, batch_size: int = 64, decoder=None) -> list[list[int]]:
+    """Greedy generation with a KV cache for any number of prompts.
 
     Prompts are processed ``batch_size`` at a time, all left-padded to the longest prompt overall
     (the last batch is filled with copies of its first prompt), so every batch has one shape and
@@ -155,6 +196,8 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eo
       eos_token_ids: generation of a row stops at any of these (not included in the output).
       pad_token_id: id used for left padding (masked out).
       batch_size: prompts per batch.
+      decoder: what runs the layers: default a ``ResidentDecoder`` (every weight put on the device
+        once); ``lazytrain_jax.executor.generate.StreamedDecoder`` streams them per step instead.
 
     Returns:
       One list of generated ids per prompt.
@@ -167,13 +210,13 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eo
     if not prompts:
         return []
     length = max(1, max(len(p) for p in prompts))
-    params = jax.device_put(model.params)
+    decoder = ResidentDecoder(model) if decoder is None else decoder
     results = []
     for i in range(0, len(prompts), batch_size):
         chunk = [list(p) for p in prompts[i:i + batch_size]]
         num_real = len(chunk)
         chunk += [chunk[0]] * (min(batch_size, len(prompts)) - num_real)
         out = generate_batch(model, chunk, max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids,
-                             pad_token_id=pad_token_id, params=params, prompt_length=length)
+                             pad_token_id=pad_token_id, decoder=decoder, prompt_length=length)
         results.extend(out[:num_real])
     return results

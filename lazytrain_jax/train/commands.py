@@ -114,11 +114,22 @@ def _eval(args) -> int:
     tok = load_tokenizer(args.tokenizer or args.model)
     examples = list(read_jsonl(args.data, skip_bad_lines=args.skip_bad_lines).examples)[:args.num or None]
     fmt = PromptFormat(template=args.template, **({"plain_prompt": args.plain_prompt} if args.plain_prompt else {}))
-    res = exact_match(model, examples, tok, fmt=fmt, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    device_memory = args.device_memory
+    if device_memory is None and jax_platform() != "cpu":
+        from lazytrain_jax.train.autoplan import device_memory_default
+        device_memory = device_memory_default()
+    res = exact_match(model, examples, tok, fmt=fmt, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                      device_memory=device_memory)
+    print(f"generation: {res.decoder}")
     for query, text, ref in res.samples:
         print(f"  {query!r} -> {text!r} (reference {ref})")
     print(f"exact match {100 * res.accuracy:.1f} % ({res.num_correct}/{res.num_total}) in {res.seconds:.1f} s")
     return 0
+
+
+def jax_platform() -> str:
+    import jax
+    return jax.devices()[0].platform
 
 
 def _profile(args) -> int:
@@ -162,17 +173,18 @@ class _HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefault
 
 def register(sub) -> None:
     """Adds train / eval / profile / export / demo to the ``lazytrain`` subparsers."""
-    from lazytrain_jax.cli import _int_at_least
+    from lazytrain_jax.cli import _int_at_least, _number
+    from lazytrain_jax.train.demo import DEMO_BATCH, DEMO_SEQ, DEMO_STEPS
 
     fmt = _HelpFormat
     demo = sub.add_parser("demo", formatter_class=fmt,
                           help="train a tiny Qwen3 from scratch on 2-digit +/- (streamed, offloaded); report exact match")
     demo.add_argument("--out", default="lazytrain-demo", help="directory for the log, PNGs and HF checkpoint")
-    demo.add_argument("--steps", type=_int_at_least("--steps", 1), default=None,
-                      help="training steps (default: the demo's recipe, 500)")
-    demo.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=64, help="sequences per step")
-    demo.add_argument("--seq-len", type=_int_at_least("--seq-len", 2), default=40,
-                      help="tokens per sequence (40 holds every problem with its working)")
+    demo.add_argument("--steps", type=_int_at_least("--steps", 1), default=DEMO_STEPS, help="training steps")
+    demo.add_argument("--batch-size", type=_int_at_least("--batch-size", 1), default=DEMO_BATCH,
+                      help="sequences per step")
+    demo.add_argument("--seq-len", type=_int_at_least("--seq-len", 2), default=DEMO_SEQ,
+                      help=f"tokens per sequence ({DEMO_SEQ} holds every problem with its working)")
     demo.add_argument("--num-eval", type=_int_at_least("--num-eval", 1), default=256, help="held-out problems")
     demo.add_argument("--seed", type=_int_at_least("--seed", 0), default=0, help="data split, shuffle and init seed")
     demo.add_argument("--eval-every", type=_int_at_least("--eval-every", 1), default=None,
@@ -198,6 +210,10 @@ def register(sub) -> None:
     ev.add_argument("--plain-prompt", default=None,
                     help="the plain prompt template with {query}; None means 'Question: {query}\\nAnswer: '")
     ev.add_argument("--skip-bad-lines", action="store_true", help="skip malformed JSONL lines (counted)")
+    ev.add_argument("--device-memory", type=_number("--device-memory", 0.0, None, True), default=None,
+                    help="device bytes generation may use; when the model, KV cache and working set do not fit, "
+                         "the layers are streamed over each batch (default: the accelerator's free memory; "
+                         "no limit on the CPU backend)")
     ev.set_defaults(func=guarded(_eval))
     prof = sub.add_parser("profile", formatter_class=fmt, help="measure unit costs and this machine's rates (lt.profile)")
     prof.add_argument("model", help="preset name or Hugging Face model directory")

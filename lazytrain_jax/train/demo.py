@@ -13,7 +13,7 @@ import time
 DEMO_MODEL = dict(model_type="qwen3", hidden_size=128, intermediate_size=512, num_layers=4, num_heads=4,
                   num_kv_heads=2, head_dim=32, rope_theta=10000.0, qk_norm=True, tie_word_embeddings=True,
                   max_position_embeddings=64)
-DEMO_BATCH, DEMO_SEQ, DEMO_STEPS, DEMO_LR = 64, 40, 500, 3e-3
+DEMO_BATCH, DEMO_SEQ, DEMO_STEPS, DEMO_LR = 32, 40, 600, 3e-3
 DEMO_PROMPT = "{query}\n"
 # the device budget: this fraction of the way from the smallest feasible peak to the peak with every
 # boundary on the device, so some boundaries must leave the device (host, NVMe) or be recomputed
@@ -94,7 +94,8 @@ def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed:
     for query, text, ref in result.eval.samples:
         say(f"  {query} -> {text!r}  (reference {ref})")
     acc = result.eval.accuracy
-    say(f"exact match on {result.eval.num_total} held-out problems: {100 * acc:.1f} % "
+    say(f"exact match on {result.eval.num_total} held-out problems (generation {result.eval.decoder}, "
+        f"{result.eval.batch_size} per batch): {100 * acc:.1f} % "
         f"({result.eval.num_correct}/{result.eval.num_total}); target 90 %: {'reached' if acc >= 0.9 else 'NOT reached'}")
     say(f"wrote {out_dir}/log (log.jsonl, summary.txt, loss.png, timeline.png, trace.json), {out_dir}/hf "
         f"(Hugging Face checkpoint), {out_dir}/checkpoints; total {time.perf_counter() - t0:.0f} s")

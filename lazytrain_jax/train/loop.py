@@ -136,7 +136,9 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
         backend; hardware ``"measured"`` or a preset name).
       stream_dtype, offload_dir: passed to the StreamingEngine.
       export_dir: save the final weights (and the tokenizer) as a Hugging Face directory.
-      max_new_tokens, eval_batch_size: generation settings of the eval.
+      max_new_tokens, eval_batch_size: generation settings of the eval. The eval generates resident
+        when the weights, KV cache and working set fit the plan's device budget, else layer-streamed
+        over the whole eval batch (``lazytrain_jax.executor.generate.choose_decoder``).
       progress: show a tqdm bar; print_fn: where plan and summary lines go (None: silent).
       on_step: called as ``on_step(record)`` after every step with its JSONL record.
 
@@ -223,7 +225,8 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
             params_model = Model(cfg, engine.params)
             from lazytrain_jax.data.evaluate import exact_match
             res = exact_match(params_model, eval_examples, data.tokenizer, fmt=data.fmt,
-                              max_new_tokens=max_new_tokens, batch_size=eval_batch_size)
+                              max_new_tokens=max_new_tokens, batch_size=eval_batch_size,
+                              device_memory=plan.hardware.device_memory - plan.hardware.device_margin)
             log.write({"event": "eval", "step": step, **res.to_dict()})
             return res
 

@@ -65,6 +65,7 @@ def test_bad_inputs_exit_1_with_a_clear_message(workdir, capsys, tmp_path):
     code, err = _run(capsys, "train", _config(d, vocab), "--set", "data.skip_bad_lines=true", "--set",
                      f"data.train_file={bad}", "--set", "train.steps=1")
     assert code == 0, err
+    assert "1 examples (1 bad lines skipped" in _run.out, _run.out
 
 
 def test_train_resume_refuses_another_models_checkpoint_and_export(workdir, capsys, tmp_path):
@@ -84,7 +85,10 @@ def test_train_resume_refuses_another_models_checkpoint_and_export(workdir, caps
     code, err = _run(capsys, "eval", str(tmp_path / "hf"), str(d / "eval.jsonl"), "--max-new-tokens", "4",
                      "--template", "plain", "--plain-prompt", "{query}\n")
     assert code == 0, err
-    assert "exact match" in _run.out and "(" in _run.out
+    assert "exact match" in _run.out and "generation: resident" in _run.out
+    code, err = _run(capsys, "eval", str(tmp_path / "hf"), str(d / "eval.jsonl"), "--max-new-tokens", "4",
+                     "--template", "plain", "--plain-prompt", "{query}\n", "--device-memory", "1000")
+    assert code == 1 and "generation does not fit device_memory=1000 bytes even for one prompt" in err
     code, err = _run(capsys, "export", str(tmp_path / "nothing"), str(tmp_path / "x"))
     assert code == 1 and "is not a directory" in err
 

@@ -10,6 +10,7 @@ import pytest
 
 import lazytrain_jax as lt
 from lazytrain_jax.train import CheckpointError
+from tests.trace_check import assert_valid_trace
 from tests.train.helpers import tiny_plan, tiny_setup
 
 STEP_KEYS = {"loss", "grad_norm", "skipped", "lr", "step_time_s", "predicted_step_time_s", "stall_s", "tokens",
@@ -52,13 +53,7 @@ def test_outputs_log_summary_pngs_trace_export(full_run, setup):
     assert result.summary["tflops_hw"] > result.summary["tflops_6n"] > 0  # recompute + attention counted
     for png in ("loss.png", "timeline.png"):
         assert open(d / "log" / png, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(d / "log" / png) > 5000
-    trace = json.load(open(d / "log" / "trace.json"))
-    events = trace["traceEvents"]
-    assert {e["ph"] for e in events} <= {"X", "M"} and any(e["ph"] == "X" for e in events)
-    for e in events:
-        assert isinstance(e["pid"], int) and isinstance(e["tid"], int) and isinstance(e["name"], str)
-        if e["ph"] == "X":
-            assert e["ts"] >= 0 and e["dur"] >= 0
+    events = assert_valid_trace(d / "log" / "trace.json")
     assert "compute" in {e.get("cat") for e in events}
     exported = lt.load_model(str(d / "hf"))
     for a, b in zip(jax.tree.leaves(exported.params), jax.tree.leaves(result.model.params)):
