@@ -140,8 +140,10 @@ def _plan(args) -> int:
     config = _model_config(args.model)
     label = os.path.basename(os.path.normpath(args.model)) if os.path.isdir(args.model) else args.model
     hardware = Hardware.preset(args.hardware, **_hardware_overrides(args.set))
-    result = plan(config, hardware, batch_size=args.batch_size, seq_len=args.seq_len, rel_gap=args.rel_gap,
-                  time_limit_s=args.time_limit)
+    # options not given are absent (argparse.SUPPRESS), so lt.plan's own defaults apply
+    solver = {param: getattr(args, option) for param, option in (("rel_gap", "rel_gap"), ("time_limit_s", "time_limit"))
+              if hasattr(args, option)}
+    result = plan(config, hardware, batch_size=args.batch_size, seq_len=args.seq_len, **solver)
     result = result.replace(costs=dataclasses.replace(result.costs, model_name=label))
     print(result.explain())
     host = host_footprint(result, config)
@@ -189,10 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--batch-size", type=_batch_size, default="max",
                       help="sequences per step: an integer, 'max' (largest that fits) or 'best' (most tokens/s)")
     plan.add_argument("--seq-len", type=_int_at_least("--seq-len", 1), default=1024, help="tokens per sequence")
-    plan.add_argument("--rel-gap", type=_number("--rel-gap", 0.0, 1.0, False), default=1e-2,
-                      help="relative optimality gap at which the solver stops, in [0, 1)")
-    plan.add_argument("--time-limit", type=_number("--time-limit", 0.0, None, True), default=30.0,
-                      help="CBC seconds per MILP (> 0)")
+    plan.add_argument("--rel-gap", type=_number("--rel-gap", 0.0, 1.0, False), default=argparse.SUPPRESS,
+                      help="relative optimality gap at which the solver stops, in [0, 1) (default: lt.plan's)")
+    plan.add_argument("--time-limit", type=_number("--time-limit", 0.0, None, True), default=argparse.SUPPRESS,
+                      help="CBC seconds per MILP (> 0) (default: lt.plan's)")
     plan.add_argument("--out", default=None, help="save the plan as JSON (atomically); checked before solving")
     plan.add_argument("--trace", default=None,
                       help="write the simulated step as a Chrome/Perfetto trace JSON (checked before solving)")
