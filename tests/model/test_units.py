@@ -112,3 +112,13 @@ def test_bf16_params_run_close_to_fp32():
     bf16 = np.asarray(lt.forward(lt.init_model("qwen3-debug", dtype="bfloat16"), ids))
     assert np.isfinite(bf16).all()
     assert np.max(np.abs(bf16 - f32)) / np.max(np.abs(f32)) < 5e-2
+
+
+def test_unknown_unit_kind_is_a_clear_error():
+    units = get_units(lt.get_preset("llama-debug"))
+    for call in (units.layer, units.layer_forward_with_residuals, units.layer_backward_from_residuals,
+                 units.layer_backward):
+        with pytest.raises(ValueError, match=r"kind='mamba' is not a layer kind of this model; valid: \['decoder'\]"):
+            call("mamba")
+    with pytest.raises(ValueError, match=r"unit='mamba' is not a unit kind; valid: \['embed', 'head'"):
+        units.abstract_params("mamba")
