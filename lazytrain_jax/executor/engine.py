@@ -27,7 +27,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from lazytrain_jax.executor import host_optim
-from lazytrain_jax.executor.ledger import DeviceLedger, DeviceMemoryError
+from lazytrain_jax.executor.ledger import DeviceLedger, DeviceMemoryError, live_device_buffers
 from lazytrain_jax.executor.nvme import NvmeStore
 from lazytrain_jax.executor.timeline import Timeline
 from lazytrain_jax.model.batch import validate_batch
@@ -369,10 +369,10 @@ class StreamingEngine:
 
     def _forward_backward(self, batch, step: bool = False):
         from lazytrain_jax.executor.run import StepRun
-        if self.audit_memory:  # arrays that exist before the step are not the step's
+        if self.audit_memory:  # buffers that exist before the step are not the step's
             gc.collect()
-            self._baseline_arrays = jax.live_arrays()   # held, so their ids are not reused meanwhile
-            self._baseline_ids = frozenset(id(x) for x in self._baseline_arrays)
+            self._baseline_arrays = jax.live_arrays()   # held, so their buffers are not reused meanwhile
+            self._baseline_buffers = frozenset(live_device_buffers(self.devices))
         micro, count = self._prepare(batch)
         self._count = count
         self.timeline.start()
