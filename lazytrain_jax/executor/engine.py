@@ -127,6 +127,12 @@ class StreamingEngine:
         self.stream_dtype = STREAM_DTYPES[stream_dtype]
         self.grad_dtype = GRAD_DTYPES[plan.costs.grad_dtype]
         self.items = timing.items(plan.costs, plan)
+        # window k ends once the host updates due in it are done (the step model's deadlines), so
+        # the measured windows are the predicted ones; the uploads wait for their unit's update anyway
+        self.updates_due: dict[int, list[int]] = {}
+        for t in timing.transfers(plan.costs, plan, self.items):
+            if t.kind == "update":
+                self.updates_due.setdefault(t.deadline, []).append(t.ref)
         self.resident = [l >= L - plan.resident_tail for l in range(L)]
         self.mesh = mesh
         if mesh is not None:

@@ -297,6 +297,9 @@ class StepRun:
             for j in range(k, k + adepth + 1):
                 self._issue_fetch(j)
             self._run_item(k, item)
+            for u in e.updates_due.get(k, ()):
+                if e._pending_units[u] is not None:
+                    e._wait(e._pending_units[u], "optimizer")
             self._sweep()
             self._audit(item.name)
             e.timeline.add_window(item.name, t0, e.timeline.now())
