@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import os
 import time
 
@@ -141,6 +142,8 @@ def main():
     t = interleaved({"stream": lambda: eng.loss_and_grad(batch), "resident": lambda: lt.loss_and_grad(model, batch),
                      "stream_step": stream_step, "resident_step": res_step}, args.repeats)
     eng.close()
+    del eng, holder, params, jb  # each engine holds fp32 master, stream copy, state and gradients
+    gc.collect()
     rows.append(row("(a) loss_and_grad: streamed all-device / resident", t, "stream", "resident"))
     rows.append(row("(a) full step: streamed (8-bit, pipelined) / resident jit (optax adamw)", t, "stream_step",
                     "resident_step"))
@@ -164,7 +167,11 @@ def main():
               f"predicted {plan.predicted_step_time_s:.3f} s measured {np.median(t[name]):.3f} s "
               f"peak {e.last_metrics['peak_device_bytes'] / 1e6:.1f} MB of {budget / 1e6:.1f}")
         e.close()
-    if len(engines) == 2:
+    num_engines = len(engines)
+    engines.clear()
+    e = None
+    gc.collect()
+    if num_engines == 2:
         rows.append(row("(b) step under budget: megatrain(K=4) / MILP  (speed-up)", t, "megatrain(K=4)", "milp"))
 
     # (c) measured vs predicted per phase, on the MILP plan (or all-device if none fits): each round
@@ -193,6 +200,8 @@ def main():
             sim = simulate(plan_r)
             totals.append((e.last_metrics["step_time_s"], plan_r.predicted_step_time_s, sim.step_time_s))
             stalls = e.last_metrics["stalls"]
+    del e
+    gc.collect()
     t_meas, t_pred, t_sim = (float(np.median(x)) for x in zip(*totals))
     print(f"\n(c) plan {plan_c.name} (depths {plan_c.weight_prefetch_depth}/{plan_c.act_prefetch_depth}, "
           f"{'shared' if hw.host_shares_device else 'separate'} host/device cores): measured step {t_meas:.3f} s, "
@@ -218,6 +227,8 @@ def main():
     t = interleaved({mode: (lambda e=e: two_steps(e)) for mode, e in engines.items()}, args.repeats)
     for e in engines.values():
         e.close()
+    engines.clear()
+    e = None
     rows.append(row("(d) two steps: serial / pipelined optimizer", t, "serial", "pipelined"))
 
     print(f"\n{'comparison':<76} {'A s':>8} {'B s':>8} {'A/B':>6}")

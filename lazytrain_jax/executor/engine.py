@@ -385,7 +385,7 @@ class StreamingEngine:
         self.ledger.reset()
         self.live_peak = 0
         t_start = time.perf_counter()
-        run = StepRun(self, micro, count)
+        run = StepRun(self, micro, count, need_norm=step)
         try:
             loss, grads, sumsq = run.execute(serial_update=step and self._serial_pending is not None)
         except BaseException:

@@ -64,8 +64,9 @@ def _nbytes(tree) -> int:
 class StepRun:
     """The device state and item loop of one step (see the module docstring)."""
 
-    def __init__(self, engine, micro: list, count: int):
+    def __init__(self, engine, micro: list, count: int, *, need_norm: bool = True):
         self.e = engine
+        self.need_norm = need_norm              # the gradient's sum of squares (a step's, not loss_and_grad's)
         self.cfg = engine.config
         self.plan = engine.plan
         self.items = engine.items
@@ -267,7 +268,8 @@ class StepRun:
 
     def _send_grads(self, u: int, acc, name: str):
         """Gradient sum of squares on device (in fp32), then the gradient to the host in the plan's dtype."""
-        self.sumsq.append(eng_mod._sumsq(acc))
+        if self.need_norm:
+            self.sumsq.append(eng_mod._sumsq(acc))
         down = self._to_grad_dtype(acc)
         self.grad_futs[u] = self._download(f"acc{u}", (acc, down) if down is not acc else acc, down, name)
 
@@ -307,7 +309,7 @@ class StepRun:
         e.ledger.free("batch")
         loss = float(sum(np.asarray(x) for x in self.losses))
         grads = [self.grad_futs[u].result() for u in range(self.L + 2)]
-        sumsq = float(sum(np.asarray(x, np.float64) for x in self.sumsq))
+        sumsq = float(sum(np.asarray(x, np.float64) for x in self.sumsq)) if self.need_norm else float("nan")
         return loss, grads, sumsq
 
     def release(self):
@@ -496,5 +498,6 @@ class StepRun:
         acc = grad(e._master[0], ids, g0, tied)
         jax.block_until_ready(acc)
         tl.add("compute", "BE embed scatter-add (host)", t0, tl.now(), k)
-        self.sumsq.append(_host_fns(e.host_sharding)[1](acc))
+        if self.need_norm:
+            self.sumsq.append(_host_fns(e.host_sharding)[1](acc))
         self.grad_futs[0] = e._workers["d2h"].submit(lambda: acc)
