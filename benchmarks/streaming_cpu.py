@@ -6,18 +6,23 @@
     (both played by this engine; MegaTrain's resident embedding/head is not reproduced).
 (c) the measured step / the prediction of the timing model and the simulator with profiled costs,
     per phase (tail, forward, head, backward).
-(d) pipelined / serial optimizer tail, measured.
+(d) serial / pipelined optimizer tail, measured.
 
     python benchmarks/streaming_cpu.py [--layers 8 --hidden 1024 --batch 2 --seq 128 --repeats 3]
 
 fp32 streaming throughout (the CPU has no fast bf16). Numbers on a shared machine are noisy: read
-the ratios, which are measured interleaved in one run.
+the ratios, each the median over rounds that run the compared variants in turn (interleaved); in
+(c) every round profiles the costs again right before the step it predicts. On the CPU backend the
+profiled Hardware has ``host_shares_device``: the host optimizer runs on the cores the compute uses.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
+import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +30,7 @@ import numpy as np
 import optax
 
 import lazytrain_jax as lt
-from lazytrain_jax.executor.profiler import median_seconds, profile
+from lazytrain_jax.executor.profiler import profile
 from lazytrain_jax.schedule import heuristics, timing
 from lazytrain_jax.schedule.api import plan_for_costs
 from lazytrain_jax.schedule.plan import Plan
@@ -57,6 +62,34 @@ def phase_sums(names_times, items):
     return out
 
 
+def interleaved(fns: dict, repeats: int) -> dict:
+    """Seconds of each ``fns`` entry per round: one warm-up, then ``repeats`` rounds running every
+    entry once in turn, so a change of the machine's load hits all of them alike."""
+    for fn in fns.values():
+        jax.block_until_ready(fn())
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[k].append(time.perf_counter() - t0)
+    return times
+
+
+def row(name, times, a, b):
+    """(name, median A, median B, median of the per-round ratios A/B)."""
+    ratios = [x / y for x, y in zip(times[a], times[b])]
+    return name, float(np.median(times[a])), float(np.median(times[b])), float(np.median(ratios))
+
+
+def with_decisions(plan, costs, hw, **changes):
+    """``plan``'s decisions (with ``changes``) under other costs/hardware, its prediction recomputed."""
+    fields = dict(name=plan.name, boundary_tiers=plan.boundary_tiers, keep_residuals=plan.keep_residuals,
+                  resident_tail=plan.resident_tail, weight_prefetch_depth=plan.weight_prefetch_depth,
+                  act_prefetch_depth=plan.act_prefetch_depth, optimizer_mode=plan.optimizer_mode)
+    return Plan.create(costs, hw, **{**fields, **changes})
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=8)
@@ -73,7 +106,8 @@ def main():
     model = make_model(args)
     batch = make_batch(model, args)
     print(f"model: {args.layers} layers, hidden {args.hidden}, {model.num_params() / 1e6:.1f} M params, "
-          f"batch {args.batch} x {args.seq}, fp32, {jax.devices()[0].platform}, {args.repeats} repeats (medians)")
+          f"batch {args.batch} x {args.seq}, fp32, {jax.devices()[0].platform}, {args.repeats} repeats "
+          f"(medians of interleaved rounds); load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     costs, hw = profile(model, args.batch, args.seq, stream_dtype="float32", device_memory=1e12, repeats=args.repeats)
     L = model.config.num_layers
     rows = []
@@ -83,19 +117,8 @@ def main():
                           keep_residuals=[True] * L, optimizer_mode="pipelined")
     tx8 = lt.optim.adamw_8bit(1e-5, weight_decay=0.01, max_grad_norm=1.0)
     eng = lt.StreamingEngine(model, all_dev, tx8, stream_dtype="float32")
-    t_stream = median_seconds(lambda: eng.loss_and_grad(batch), args.repeats)
-    t_res = median_seconds(lambda: jax.block_until_ready(lt.loss_and_grad(model, batch)), args.repeats)
-    rows.append(("(a) loss_and_grad: streamed all-device / resident", t_stream, t_res))
-
-    def stream_step():
-        eng.step(batch)
-        eng.flush()
-
-    t_step = median_seconds(stream_step, args.repeats)
-    eng.close()
     tx = optax.adamw(1e-5, weight_decay=0.01)
     params = jax.tree.map(jnp.asarray, model.params)
-    state = tx.init(params)
     cfg = model.config
 
     @jax.jit
@@ -106,74 +129,113 @@ def main():
         return optax.apply_updates(params, updates), state
 
     jb = {k: jnp.asarray(v) for k, v in batch.items()}
-    holder = {"p": params, "s": state}
+    holder = {"p": params, "s": tx.init(params)}
 
     def res_step():
         holder["p"], holder["s"] = resident_step(holder["p"], holder["s"], jb)
-        jax.block_until_ready(holder["p"])
+        return holder["p"]
 
-    t_res_step = median_seconds(res_step, args.repeats)
-    rows.append(("(a) full step: streamed (8-bit, pipelined) / resident jit (optax adamw)", t_step, t_res_step))
+    def stream_step():
+        eng.step(batch)
+        eng.flush()
+
+    t = interleaved({"stream": lambda: eng.loss_and_grad(batch), "resident": lambda: lt.loss_and_grad(model, batch),
+                     "stream_step": stream_step, "resident_step": res_step}, args.repeats)
+    eng.close()
+    del eng, holder, params, jb  # each engine holds fp32 master, stream copy, state and gradients
+    gc.collect()
+    rows.append(row("(a) loss_and_grad: streamed all-device / resident", t, "stream", "resident"))
+    rows.append(row("(a) full step: streamed (8-bit, pipelined) / resident jit (optax adamw)", t, "stream_step",
+                    "resident_step"))
 
     # (b) a budget that forces trade-offs: MILP vs megatrain(K=4)
     budget = args.budget_slack * heuristics.megatrain(costs, hw, K=4).predicted_peak_device_bytes
     hw_b = dataclasses.replace(hw, device_memory=budget)
     milp = plan_for_costs(costs, hw_b)
     mega = heuristics.megatrain(costs, hw_b, K=4)
-    measured = {}
+    engines = {}
     for name, plan in (("milp", milp), ("megatrain(K=4)", mega)):
         if plan is None or not plan.fits():
             print(f"(b) {name}: no plan fits {budget / 1e6:.1f} MB")
             continue
-        with lt.StreamingEngine(model, plan, tx8, stream_dtype="float32") as e:
-            measured[name] = median_seconds(lambda: (e.step(batch), e.flush()), args.repeats)
-            last = dict(e.last_metrics)
-        print(f"(b) {name}: tiers {''.join(TIER_CHARS[t] for t in plan.boundary_tiers)} residuals "
+        engines[name] = lt.StreamingEngine(model, plan, tx8, stream_dtype="float32")
+    t = interleaved({name: (lambda e=e: (e.step(batch), e.flush())[1]) for name, e in engines.items()}, args.repeats)
+    for name, e in engines.items():
+        plan = e.plan
+        print(f"(b) {name}: tiers {''.join(TIER_CHARS[c] for c in plan.boundary_tiers)} residuals "
               f"{''.join('r' if r else '.' for r in plan.keep_residuals)} mode {plan.optimizer_mode} "
-              f"predicted {plan.predicted_step_time_s:.3f} s measured {measured[name]:.3f} s "
-              f"peak {last['peak_device_bytes'] / 1e6:.1f} MB of {budget / 1e6:.1f}")
-    if len(measured) == 2:
-        rows.append(("(b) step under budget: megatrain(K=4) / MILP  (speed-up)", measured["megatrain(K=4)"],
-                     measured["milp"]))
+              f"predicted {plan.predicted_step_time_s:.3f} s measured {np.median(t[name]):.3f} s "
+              f"peak {e.last_metrics['peak_device_bytes'] / 1e6:.1f} MB of {budget / 1e6:.1f}")
+        e.close()
+    num_engines = len(engines)
+    engines.clear()
+    e = None
+    gc.collect()
+    if num_engines == 2:
+        rows.append(row("(b) step under budget: megatrain(K=4) / MILP  (speed-up)", t, "megatrain(K=4)", "milp"))
 
-    # (c) measured vs predicted per phase, on the MILP plan (or all-device if none fits)
+    # (c) measured vs predicted per phase, on the MILP plan (or all-device if none fits): each round
+    # profiles the costs afresh and then measures a steady-state step (the second of two), so the
+    # prediction and the measurement see the same load
     plan_c = milp if milp is not None else all_dev
     if args.depths:
-        plan_c = Plan.create(plan_c.costs, plan_c.hardware, name=f"{plan_c.name}@depths{tuple(args.depths)}",
-                             boundary_tiers=plan_c.boundary_tiers, keep_residuals=plan_c.keep_residuals,
-                             resident_tail=plan_c.resident_tail, weight_prefetch_depth=args.depths[0],
-                             act_prefetch_depth=args.depths[1], optimizer_mode=plan_c.optimizer_mode)
+        plan_c = with_decisions(plan_c, plan_c.costs, plan_c.hardware, weight_prefetch_depth=args.depths[0],
+                                act_prefetch_depth=args.depths[1], name=f"{plan_c.name}@depths{tuple(args.depths)}")
+    ratios = {ph: [] for ph in PHASES}
+    totals = []
     with lt.StreamingEngine(model, plan_c, tx8, stream_dtype="float32") as e:
+        e.step(batch)
         for _ in range(args.repeats):
+            e.flush()  # the last step's pipelined update would run beside the profiler
+            costs_r, hw_r = profile(model, args.batch, args.seq, stream_dtype="float32", device_memory=budget,
+                                    repeats=args.repeats, cached=False)
+            plan_r = with_decisions(plan_c, costs_r, hw_r)
             e.step(batch)
-        windows = [(n, t1 - t0) for n, t0, t1 in e.timeline.item_windows]
-        t_meas = e.last_metrics["step_time_s"]
-        stalls = e.last_metrics["stalls"]
-    pred = [(w.item.name, w.time) for w in timing.windows(plan_c.costs, plan_c.hardware, plan_c)]
-    sim = simulate(plan_c)
-    ms, ps = phase_sums(windows, e.items), phase_sums(pred, e.items)
-    print(f"\n(c) plan {plan_c.name}: measured step {t_meas:.3f} s, timing model {plan_c.predicted_step_time_s:.3f} s, "
-          f"simulator {sim.step_time_s:.3f} s; stalls {', '.join(f'{k} {v * 1e3:.1f} ms' for k, v in stalls.items()) or 'none'}")
+            e.step(batch)
+            windows = [(n, t1 - t0) for n, t0, t1 in e.timeline.item_windows]
+            pred = [(w.item.name, w.time) for w in timing.windows(plan_r.costs, plan_r.hardware, plan_r)]
+            ms, ps = phase_sums(windows, e.items), phase_sums(pred, e.items)
+            for ph in PHASES:
+                if ms[ph] or ps[ph]:
+                    ratios[ph].append((ms[ph], ps[ph]))
+            sim = simulate(plan_r)
+            totals.append((e.last_metrics["step_time_s"], plan_r.predicted_step_time_s, sim.step_time_s))
+            stalls = e.last_metrics["stalls"]
+    del e
+    gc.collect()
+    t_meas, t_pred, t_sim = (float(np.median(x)) for x in zip(*totals))
+    print(f"\n(c) plan {plan_c.name} (depths {plan_c.weight_prefetch_depth}/{plan_c.act_prefetch_depth}, "
+          f"{'shared' if hw.host_shares_device else 'separate'} host/device cores): measured step {t_meas:.3f} s, "
+          f"timing model {t_pred:.3f} s, simulator {t_sim:.3f} s (medians); last stalls "
+          f"{', '.join(f'{k} {v * 1e3:.1f} ms' for k, v in stalls.items()) or 'none'}")
     print(f"{'phase':<10} {'measured s':>11} {'predicted s':>12} {'measured/pred':>14}")
     for ph in PHASES:
-        if ms[ph] or ps[ph]:
-            print(f"{ph:<10} {ms[ph]:>11.4f} {ps[ph]:>12.4f} {ms[ph] / max(ps[ph], 1e-12):>14.2f}")
+        if ratios[ph]:
+            m, p = (float(np.median(x)) for x in zip(*ratios[ph]))
+            r = float(np.median([a / max(b, 1e-12) for a, b in ratios[ph]]))
+            print(f"{ph:<10} {m:>11.4f} {p:>12.4f} {r:>14.2f}")
+    print(f"{'step':<10} {t_meas:>11.4f} {t_pred:>12.4f} {float(np.median([a / b for a, b, _ in totals])):>14.2f}")
 
     # (d) pipelined vs serial
-    plan_d = all_dev
-    t_mode = {}
-    for mode in ("pipelined", "serial"):
-        with lt.StreamingEngine(model, plan_d.replace(optimizer_mode=mode), tx8, stream_dtype="float32") as e:
-            def two_steps():
-                e.step(batch)
-                e.step(batch)
-                e.flush()
-            t_mode[mode] = median_seconds(two_steps, args.repeats) / 2
-    rows.append(("(d) step: serial / pipelined optimizer", t_mode["serial"], t_mode["pipelined"]))
+    engines = {mode: lt.StreamingEngine(model, all_dev.replace(optimizer_mode=mode), tx8, stream_dtype="float32")
+               for mode in ("pipelined", "serial")}
+
+    def two_steps(e):
+        e.step(batch)
+        e.step(batch)
+        e.flush()
+
+    t = interleaved({mode: (lambda e=e: two_steps(e)) for mode, e in engines.items()}, args.repeats)
+    for e in engines.values():
+        e.close()
+    engines.clear()
+    e = None
+    rows.append(row("(d) two steps: serial / pipelined optimizer", t, "serial", "pipelined"))
 
     print(f"\n{'comparison':<76} {'A s':>8} {'B s':>8} {'A/B':>6}")
-    for name, a, b in rows:
-        print(f"{name:<76} {a:>8.3f} {b:>8.3f} {a / b:>6.2f}")
+    for name, a, b, r in rows:
+        print(f"{name:<76} {a:>8.3f} {b:>8.3f} {r:>6.2f}")
+    print(f"(A/B: median of the per-round ratios; load average {os.getloadavg()[0]:.2f} at the end)")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from lazytrain_jax.executor import host_optim
-from lazytrain_jax.executor.ledger import DeviceLedger, DeviceMemoryError
+from lazytrain_jax.executor.ledger import DeviceLedger, DeviceMemoryError, live_device_buffers
 from lazytrain_jax.executor.nvme import NvmeStore
 from lazytrain_jax.executor.timeline import Timeline
 from lazytrain_jax.model.batch import validate_batch
@@ -127,6 +127,12 @@ class StreamingEngine:
         self.stream_dtype = STREAM_DTYPES[stream_dtype]
         self.grad_dtype = GRAD_DTYPES[plan.costs.grad_dtype]
         self.items = timing.items(plan.costs, plan)
+        # window k ends once the host updates due in it are done (the step model's deadlines), so
+        # the measured windows are the predicted ones; the uploads wait for their unit's update anyway
+        self.updates_due: dict[int, list[int]] = {}
+        for t in timing.transfers(plan.costs, plan, self.items):
+            if t.kind == "update":
+                self.updates_due.setdefault(t.deadline, []).append(t.ref)
         self.resident = [l >= L - plan.resident_tail for l in range(L)]
         self.mesh = mesh
         if mesh is not None:
@@ -369,17 +375,17 @@ class StreamingEngine:
 
     def _forward_backward(self, batch, step: bool = False):
         from lazytrain_jax.executor.run import StepRun
-        if self.audit_memory:  # arrays that exist before the step are not the step's
+        if self.audit_memory:  # buffers that exist before the step are not the step's
             gc.collect()
-            self._baseline_arrays = jax.live_arrays()   # held, so their ids are not reused meanwhile
-            self._baseline_ids = frozenset(id(x) for x in self._baseline_arrays)
+            self._baseline_arrays = jax.live_arrays()   # held, so their buffers are not reused meanwhile
+            self._baseline_buffers = frozenset(live_device_buffers(self.devices))
         micro, count = self._prepare(batch)
         self._count = count
         self.timeline.start()
         self.ledger.reset()
         self.live_peak = 0
         t_start = time.perf_counter()
-        run = StepRun(self, micro, count)
+        run = StepRun(self, micro, count, need_norm=step)
         try:
             loss, grads, sumsq = run.execute(serial_update=step and self._serial_pending is not None)
         except BaseException:

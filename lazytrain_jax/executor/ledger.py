@@ -73,20 +73,35 @@ class DeviceLedger:
         return ", ".join(f"{t}={b:,}" for t, b in top)
 
 
-def live_device_bytes(devices, exclude_ids=frozenset()) -> int:
-    """Bytes of every live jax array in the ``device`` memory kind on the first of ``devices``."""
+def _device_buffers(x, device):
+    """``(buffer address, bytes)`` of ``x``'s shards on ``device`` in the ``device`` memory kind."""
+    if x.sharding.memory_kind not in (None, "device"):
+        return []
+    if len(x.sharding.device_set) == 1:
+        if device not in x.sharding.device_set:
+            return []
+        return [(x.unsafe_buffer_pointer(), x.nbytes)]
+    return [(s.data.unsafe_buffer_pointer(), s.data.nbytes) for s in x.addressable_shards if s.device == device]
+
+
+def live_device_buffers(devices) -> dict[int, int]:
+    """Every live device buffer in the ``device`` memory kind on the first of ``devices``: address -> bytes.
+
+    Keyed by buffer, not by array object: several ``jax.Array`` objects can share one buffer
+    (a shard's ``data``, an output forwarded from an input), and ``jax.live_arrays()`` lists each
+    of them; summing per object counts such a buffer more than once.
+    """
     dev = devices[0]
-    total = 0
+    out: dict[int, int] = {}
     for x in jax.live_arrays():
-        if id(x) in exclude_ids:
-            continue
         try:
-            if x.sharding.memory_kind not in (None, "device"):
-                continue
-            shards = x.addressable_shards
+            out.update(_device_buffers(x, dev))
         except Exception:  # deleted or donated meanwhile
             continue
-        for shard in shards:
-            if shard.device == dev:
-                total += shard.data.nbytes
-    return total
+    return out
+
+
+def live_device_bytes(devices, exclude_buffers=frozenset()) -> int:
+    """Bytes of the live device buffers on the first of ``devices``, each counted once, except
+    those whose address is in ``exclude_buffers`` (buffers that existed before the step)."""
+    return sum(n for ptr, n in live_device_buffers(devices).items() if ptr not in exclude_buffers)

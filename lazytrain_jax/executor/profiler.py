@@ -171,13 +171,15 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int) -> f
 
 def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches: int = 1,
             stream_dtype: str = "bfloat16", offload_dir: str | None = None, device_memory: float | None = None,
-            repeats: int = 3, link_bytes: int = 64 << 20, disk_bytes: int = 64 << 20):
+            repeats: int = 3, link_bytes: int = 64 << 20, disk_bytes: int = 64 << 20, cached: bool = True):
     """Measures this machine at the run's shapes: ``(Costs, Hardware)`` for the planner.
 
     Per layer kind: forward, backward from kept residuals and backward with in-layer recompute (one
     micro-batch, times all micro-batches); the head's forward+backward; H2D/D2H bandwidth between
     the host store's memory kind and the device; NVMe read/write bandwidth in ``offload_dir``; the
-    host optimizer's parameters per second. Cached per (model shape, shapes, dtype, backend).
+    host optimizer's parameters per second. Cached per (model shape, shapes, dtype, backend). On
+    the CPU backend the Hardware says ``host_shares_device``: the host optimizer and the "device"
+    compute run on the same cores, so the step model adds their times instead of overlapping them.
 
     Args:
       model_or_config: a Model or ModelConfig.
@@ -185,6 +187,7 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
       stream_dtype: streamed dtype; offload_dir: the NVMe directory to measure.
       device_memory: the device budget for the Hardware (default: the accelerator's reported
         limit; required on the CPU backend, where device and host share one memory).
+      cached: reuse an earlier measurement of the same key; False measures again (and caches that).
     Returns:
       (Costs with ``source="measured"``, Hardware named ``"measured"``).
     Example:
@@ -209,7 +212,7 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
         raise ValueError(f"device_memory={device_memory!r} must be > 0 bytes")
     key = (config_fingerprint(cfg), batch_size, seq_len, num_micro_batches, stream_dtype, device.platform,
            offload_dir, repeats)
-    if key not in _PROFILE_CACHE:
+    if key not in _PROFILE_CACHE or not cached:
         dtype = jnp.dtype(stream_dtype)
         micro = batch_size // num_micro_batches
         M = num_micro_batches
@@ -235,5 +238,5 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
                                               device_flops=achieved))
     costs, rates = _PROFILE_CACHE[key]
     hw = Hardware(name="measured", device_memory=float(device_memory), nvme_memory=1e15, host_memory=1e15,
-                  device_margin=0.0, **rates)
+                  device_margin=0.0, host_shares_device=device.platform == "cpu", **rates)
     return costs, hw

@@ -64,8 +64,9 @@ def _nbytes(tree) -> int:
 class StepRun:
     """The device state and item loop of one step (see the module docstring)."""
 
-    def __init__(self, engine, micro: list, count: int):
+    def __init__(self, engine, micro: list, count: int, *, need_norm: bool = True):
         self.e = engine
+        self.need_norm = need_norm              # the gradient's sum of squares (a step's, not loss_and_grad's)
         self.cfg = engine.config
         self.plan = engine.plan
         self.items = engine.items
@@ -107,7 +108,7 @@ class StepRun:
     def _audit(self, name: str):
         if not self.e.audit_memory:
             return
-        live = live_device_bytes(self.e.devices, exclude_ids=self.e._baseline_ids)
+        live = live_device_bytes(self.e.devices, exclude_buffers=self.e._baseline_buffers)
         self.e.live_peak = max(self.e.live_peak, live)
         if live > self.e.budget * (1 + 1e-9):
             shapes = sorted(((x.nbytes, x.shape, str(x.dtype)) for x in jax.live_arrays()
@@ -247,20 +248,36 @@ class StepRun:
         """``down`` (computed from ``device_tree``) to the host store as fp32 on the D2H worker; the
         device arrays stay accounted under ``tag`` until the copy is done."""
         e = self.e
-        to_f32 = _host_fns(e.host_sharding)[0]
         e.ledger.add(tag, device_tree, item=name)
-        fut = e._submit("d2h", f"grad {name}", lambda: to_f32(self._down(down)))
+        fut = e._submit("d2h", f"grad {name}", lambda: self._host_f32(self._down(down)))
         self.deferred.append((fut, lambda: e.ledger.free(tag)))
         return fut
 
+    def _host_f32(self, tree):
+        """The host copy of a gradient in fp32 (a cast only where it arrived in another dtype)."""
+        if all(x.dtype == jnp.float32 for x in jax.tree.leaves(tree)):
+            return tree
+        return _host_fns(self.e.host_sharding)[0](tree)
+
+    def _to_grad_dtype(self, tree):
+        """``tree`` in the plan's gradient dtype (no copy where it already is)."""
+        dtype = self.e.grad_dtype
+        if all(x.dtype == dtype for x in jax.tree.leaves(tree)):
+            return tree
+        return eng_mod._cast(tree, dtype)
+
     def _send_grads(self, u: int, acc, name: str):
-        """Gradient sum of squares on device, then the gradient to the host in the plan's dtype."""
-        e = self.e
-        self.sumsq.append(eng_mod._sumsq(acc))
-        down = eng_mod._cast(acc, e.grad_dtype) if e.grad_dtype != jnp.float32 else acc
+        """Gradient sum of squares on device (in fp32), then the gradient to the host in the plan's dtype."""
+        if self.need_norm:
+            self.sumsq.append(eng_mod._sumsq(acc))
+        down = self._to_grad_dtype(acc)
         self.grad_futs[u] = self._download(f"acc{u}", (acc, down) if down is not acc else acc, down, name)
 
     def _accumulate(self, grads_per_mb: list):
+        """The sum over micro-batches, in fp32; one micro-batch's gradient is used as it is (its
+        sum of squares is taken in fp32 and it goes down in the plan's dtype either way)."""
+        if len(grads_per_mb) == 1:
+            return grads_per_mb[0]
         acc = eng_mod._to_f32(grads_per_mb[0])
         for g in grads_per_mb[1:]:
             acc = eng_mod._accumulate(acc, g)
@@ -282,6 +299,9 @@ class StepRun:
             for j in range(k, k + adepth + 1):
                 self._issue_fetch(j)
             self._run_item(k, item)
+            for u in e.updates_due.get(k, ()):
+                if e._pending_units[u] is not None:
+                    e._wait(e._pending_units[u], "optimizer")
             self._sweep()
             self._audit(item.name)
             e.timeline.add_window(item.name, t0, e.timeline.now())
@@ -289,7 +309,7 @@ class StepRun:
         e.ledger.free("batch")
         loss = float(sum(np.asarray(x) for x in self.losses))
         grads = [self.grad_futs[u].result() for u in range(self.L + 2)]
-        sumsq = float(sum(np.asarray(x, np.float64) for x in self.sumsq))
+        sumsq = float(sum(np.asarray(x, np.float64) for x in self.sumsq)) if self.need_norm else float("nan")
         return loss, grads, sumsq
 
     def release(self):
@@ -461,10 +481,8 @@ class StepRun:
         self._free_boundary(l)
         self._send_grads(l + 1, self._accumulate(gps), item.name)
         if l == 0:
-            to_f32 = _host_fns(e.host_sharding)[0]
-            g0 = list(ghs)
-            self.g0_futs.append(e._submit("d2h", "grad b0", lambda: [to_f32(self._down(
-                eng_mod._cast(x, e.grad_dtype))) for x in g0]))
+            g0 = list(ghs)  # cast to fp32 on the host by the embedding's backward
+            self.g0_futs.append(e._submit("d2h", "grad b0", lambda: [self._down(self._to_grad_dtype(x)) for x in g0]))
 
     def _embed_backward(self, k: int):
         """BE: the boundary-0 gradient scatter-added into the embedding table on the host (fp32)."""
@@ -480,5 +498,6 @@ class StepRun:
         acc = grad(e._master[0], ids, g0, tied)
         jax.block_until_ready(acc)
         tl.add("compute", "BE embed scatter-add (host)", t0, tl.now(), k)
-        self.sumsq.append(_host_fns(e.host_sharding)[1](acc))
+        if self.need_norm:
+            self.sumsq.append(_host_fns(e.host_sharding)[1](acc))
         self.grad_futs[0] = e._workers["d2h"].submit(lambda: acc)

@@ -60,6 +60,9 @@ class Hardware:
       efficiency_half_tokens: tokens per call at which the achieved rate is half of
         ``device_flops`` (the rate of a call of t tokens is ``device_flops * t / (t + this)``).
       device_margin: bytes always reserved on the device (allocator, runtime, fragmentation).
+      host_shares_device: the device computes on the host's own cores (JAX's CPU backend): the host
+        optimizer then takes its time from the compute instead of running beside it, so in a
+        window compute and optimizer seconds add (``schedule.steps``). False for an accelerator.
 
     Example:
       >>> hw = Hardware.preset("h800", h2d_bw=12e9, d2h_bw=12e9)
@@ -79,8 +82,11 @@ class Hardware:
     device_flops: float
     efficiency_half_tokens: float = 256.0
     device_margin: float = 1.0 * GB
+    host_shares_device: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.host_shares_device, bool):
+            raise ValueError(f"Hardware.host_shares_device={self.host_shares_device!r} must be True or False")
         for name in _POSITIVE:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -10,7 +10,8 @@ window formula:
 - an item computes after the previous item and after every transfer due in the previous window
   (its deadline) finished: the executor's bounded in-flight traffic;
 - the host optimizer updates unit by unit as one chain from the step's start, each update due
-  before its unit's upload may begin (pipelined), or all in P0 (serial).
+  before its unit's upload may begin (pipelined), or all in P0 (serial); where the device computes
+  on the host's cores (``Hardware.host_shares_device``) it runs only while no item computes.
 
 Device memory over time is accounted per allocation (weights from upload start to the end of
 their last use, boundaries from production to their last use or the end of their offload,
@@ -66,6 +67,23 @@ class _Channel:
         self.now = 0.0
         self.jobs = []   # [deadline, order, release time, seconds left, label, step, key]
         self.first_start = {}
+        self.blocked = []  # (start, end) in time order: the channel does not run then (shared cores)
+        self._next_block = 0
+
+    def block(self, start, end):
+        """The channel is idle over ``[start, end)`` (compute on the cores it shares)."""
+        if end > start:
+            self.blocked.append((start, end))
+
+    def _free_at(self, t):
+        """The first time >= ``t`` outside every blocked interval, and the start of the next one."""
+        while self._next_block < len(self.blocked) and self.blocked[self._next_block][1] <= t:
+            self._next_block += 1
+        i = self._next_block
+        while i < len(self.blocked) and self.blocked[i][0] <= t:
+            t = max(t, self.blocked[i][1])
+            i += 1
+        return t, (self.blocked[i][0] if i < len(self.blocked) else float("inf"))
 
     def add(self, mv, at, label, step, key):
         self.jobs.append([mv.deadline, len(self.jobs) + mv.item * 1e-6, at, mv.amount / self.rate, label, step, key])
@@ -73,13 +91,14 @@ class _Channel:
     def finish_due(self, deadline, done):
         """Runs the channel until every job due by ``deadline`` is done; records their end in ``done``."""
         while any(j[0] <= deadline and j[3] > 0 for j in self.jobs):
+            self.now, block_at = self._free_at(self.now)
             ready = [j for j in self.jobs if j[3] > 0 and j[2] <= self.now + 1e-15]
             if not ready:
                 self.now = min(j[2] for j in self.jobs if j[3] > 0)
                 continue
             job = min(ready, key=lambda j: (j[0], j[1]))
             later = [j[2] for j in self.jobs if j[3] > 0 and j[2] > self.now + 1e-15 and (j[0], j[1]) < (job[0], job[1])]
-            run = min([job[3]] + [r - self.now for r in later])
+            run = min([job[3], block_at - self.now] + [r - self.now for r in later])
             start, self.now = self.now, self.now + run
             job[3] -= run
             self.first_start.setdefault(job[6], start)
@@ -132,6 +151,8 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
             end = start + item.compute
             if item.compute > 0:
                 intervals.append(Interval(channel="compute", name=item.name, start=start, end=end, step=step))
+                if hw.host_shares_device:
+                    chans["optimizer"].block(start, end)
             compute_free = end
             marks[("item", item.name)] = (start, end)
             for mv in released.get(k, ()):

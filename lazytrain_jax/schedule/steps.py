@@ -25,7 +25,10 @@ j, d = ``weight_prefetch_depth`` and a = ``act_prefetch_depth``:
 The windows are evaluated as a fluid, earliest-deadline-first schedule (``windows``): in window k
 each channel first does what is due in k; the window lasts as long as its busiest channel
 (``max(compute, due / rate)``); every channel then uses the rest of the window for released work
-due later, earliest deadline first (prefetching). ``step time = Σ windows``. For transfers whose
+due later, earliest deadline first (prefetching). Where the device computes on the host's own
+cores (``Hardware.host_shares_device``: the CPU backend) the host optimizer is not a channel of its
+own: its seconds add to the compute's (``max(compute + updates due / rate, other channels)``) and
+it prefetches only in the part of a window the compute leaves idle. ``step time = Σ windows``. For transfers whose
 release and deadline windows are ordered alike (all of them here) this is the least Σ windows over
 every split of the transfers among their windows, so the MILP's LP over split variables
 (``milp.py``) reaches the same value; the simulator (``simulator.py``) issues the same transfers
@@ -89,9 +92,13 @@ class Window:
     item: Item
     seconds: dict
     bytes: dict
+    shared: bool = False   # compute and host optimizer on the same cores (Hardware.host_shares_device)
 
     @property
     def time(self) -> float:
+        if self.shared:
+            return max([self.seconds["compute"] + self.seconds["optimizer"]]
+                       + [v for ch, v in self.seconds.items() if ch not in ("compute", "optimizer")])
         return max(self.seconds.values())
 
 
@@ -253,6 +260,7 @@ def windows(costs, hardware, plan) -> list[Window]:
     """
     seq = items(costs, plan)
     rate = rates(hardware)
+    shared = hardware.host_shares_device
     by_deadline: dict[int, list] = {}
     pending = {ch: [] for ch in TRANSFER_CHANNELS}   # [remaining, transfer] released, due later
     left = {}
@@ -270,10 +278,13 @@ def windows(costs, hardware, plan) -> list[Window]:
         for t in by_deadline.get(k, ()):
             due[t.channel] += left[id(t)]
             left[id(t)] = 0.0
-        time = max([it.compute] + [due[ch] / rate[ch] for ch in TRANSFER_CHANNELS])
+        busy = {ch: due[ch] / rate[ch] for ch in TRANSFER_CHANNELS}
+        if shared:  # the optimizer runs where the compute does not
+            busy["optimizer"] += it.compute
+        time = max([it.compute] + list(busy.values()))
         done = dict(due)
         for ch in TRANSFER_CHANNELS:
-            room = time * rate[ch] - due[ch]
+            room = time * rate[ch] - due[ch] - (it.compute * rate[ch] if shared and ch == "optimizer" else 0.0)
             queue = [t for t in pending[ch] if left[id(t)] > 0.0]
             queue.sort(key=lambda t: (t.deadline, t.item))
             pending[ch] = queue
@@ -286,7 +297,7 @@ def windows(costs, hardware, plan) -> list[Window]:
                 done[ch] += take
         seconds = {"compute": it.compute}
         seconds.update({ch: done[ch] / rate[ch] for ch in TRANSFER_CHANNELS})
-        out.append(Window(item=it, seconds=seconds, bytes=done))
+        out.append(Window(item=it, seconds=seconds, bytes=done, shared=shared))
     return out
 
 

@@ -238,3 +238,18 @@ def test_data_parallel_two_fake_devices_equals_single_device():
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.split("RESULT")[1])
     assert result["loss"] <= 1e-5 and result["grads"] <= 1e-5 and result["params"] <= 1e-5, result
+
+
+def test_live_device_bytes_counts_each_buffer_once():
+    """``jax.device_put`` to where an array already is returns a second array object on the same
+    buffer; ``jax.live_arrays()`` lists every such object, the audit counts the buffer once."""
+    from lazytrain_jax.executor.ledger import live_device_buffers, live_device_bytes
+    dev = jax.devices()[0]
+    before = frozenset(live_device_buffers([dev]))
+    x = jax.device_put(np.ones((256, 256), np.float32), dev)
+    alias = jax.device_put(x, dev)
+    assert alias is not x and alias.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
+    assert sum(1 for a in jax.live_arrays() if a.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()) >= 2
+    assert live_device_bytes([dev], exclude_buffers=before) == x.nbytes
+    y = x + 1
+    assert live_device_bytes([dev], exclude_buffers=before) == x.nbytes + y.nbytes

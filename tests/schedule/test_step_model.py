@@ -65,6 +65,39 @@ def test_simulator_equals_timing_on_random_plans():
         assert sim.peak_device_bytes <= p.predicted_peak_device_bytes * (1 + 1e-12)
 
 
+def test_shared_cores_add_compute_and_updates():
+    """With the device computing on the host's cores (the CPU backend), the host optimizer cannot
+    overlap compute: with transfers free, a pipelined step lasts every item's compute plus every
+    update; on an accelerator the updates hide behind the compute."""
+    costs = synthetic_costs(num_layers=4, weight_bytes=0.4e9, boundary_bytes=1e7, fwd_time=0.04,
+                            head_bytes=0.4e9, head_time=0.02)
+    hw = Hardware(device_memory=80e9, h2d_bw=1e15, d2h_bw=1e15, device_flops=1e14, host_opt_rate=1e10)
+    shared = hw.replace(host_shares_device=True)
+    compute = sum(it.compute for it in steps.items(costs, Plan.create(costs, hw, name="x", boundary_tiers=["device"] * 5)))
+    updates = sum(costs.num_params) / hw.host_opt_rate
+    for depth in (1, 2):
+        p = Plan.create(costs, shared, name="shared", boundary_tiers=["device"] * 5, weight_prefetch_depth=depth)
+        q = Plan.create(costs, hw, name="separate", boundary_tiers=["device"] * 5, weight_prefetch_depth=depth)
+        assert p.predicted_step_time_s == pytest.approx(compute + updates, rel=1e-5)  # uploads take ~1e-7 s
+        assert q.predicted_step_time_s < p.predicted_step_time_s - 0.3 * updates, (depth, q.predicted_step_time_s)
+        assert simulate(p, num_steps=3).step_time_s == pytest.approx(p.predicted_step_time_s, rel=1e-9)
+
+
+def test_simulator_equals_timing_on_random_plans_with_shared_cores():
+    rng = random.Random(3)
+    for _ in range(60):
+        costs, hw = random_instance(rng, rng.randint(3, 10))
+        hw = hw.replace(host_shares_device=True, host_opt_rate=rng.uniform(3e8, 3e9))
+        p = random_plan(rng, costs, hw)
+        sim = simulate(p, num_steps=2)
+        assert abs(sim.step_time_s - p.predicted_step_time_s) <= 1e-9 * p.predicted_step_time_s, p
+        separate = Plan.create(costs, hw.replace(host_shares_device=False), name="x", boundary_tiers=p.boundary_tiers,
+                               keep_residuals=p.keep_residuals, resident_tail=p.resident_tail,
+                               weight_prefetch_depth=p.weight_prefetch_depth, act_prefetch_depth=p.act_prefetch_depth,
+                               optimizer_mode=p.optimizer_mode)
+        assert p.predicted_step_time_s >= separate.predicted_step_time_s * (1 - 1e-12)
+
+
 def test_deeper_prefetch_hides_an_exposed_upload():
     # layer 1's 3 GB upload (30 ms) behind F0 (40 ms) fits at depth 1; layer 2's 3 GB behind F1's 5 ms
     # does not; at depth 2 it may start in F0's window, so the step shortens by the exposure
