@@ -65,6 +65,9 @@ class FastModel:
         for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
             due[max(0, j - 2)] += self.opt[unit]
         self.opt_due = [sum(due[:k + 1]) for k in range(self.F)]
+        # where the device computes on the host's cores the optimizer runs only while nothing computes
+        self.opt_blocked = ([item[0] for item in self.forward_items()] if hardware.host_shares_device
+                            else [0.0] * self.F)
 
     # ---- the item sequence and its windows (same as timing.items / timing.windows) --------------
 
@@ -120,12 +123,15 @@ class FastModel:
     def forward_total(self, base) -> float:
         """Σ of the forward windows 0..F-1 given their lengths without the optimizer: the host
         optimizer is one chain from the step's start, each update due two windows before its unit's
-        item (the step model's fluid schedule)."""
+        item (the step model's fluid schedule). Where the host's cores compute
+        (``Hardware.host_shares_device``) the optimizer works only in the part of a window the
+        compute leaves idle."""
         done = total = 0.0
         end = self.opt_due[-1]
         for k in range(self.F):
-            t = max(base[k], self.opt_due[k] - done)
-            done = min(end, done + t)
+            busy = self.opt_blocked[k]
+            t = max(base[k], busy + self.opt_due[k] - done)
+            done = min(end, done + t - busy)
             total += t
         return total
 

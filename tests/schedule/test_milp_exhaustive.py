@@ -123,11 +123,11 @@ CASES = [
 ]
 
 
-def hardware_for(costs, extra, host, nvme, bw):
+def hardware_for(costs, extra, host, nvme, bw, **fields):
     probe = Hardware(device_memory=1e15, h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0, device_margin=0.5 * GB)
     base = sum(memory.constant_bytes(costs, probe).values())
     return Hardware(device_memory=base + extra * GB, host_memory=host * GB, nvme_memory=nvme * GB, h2d_bw=bw * GB,
-                    d2h_bw=bw * GB, device_flops=1e14, host_opt_rate=2e10, device_margin=0.5 * GB)
+                    d2h_bw=bw * GB, device_flops=1e14, host_opt_rate=2e10, device_margin=0.5 * GB).replace(**fields)
 
 
 @pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", CASES)
@@ -142,6 +142,19 @@ def test_milp_matches_enumeration(num_layers, seed, dev, host, nvme, bw):
     assert solved.predicted_step_time_s <= expected + 1e-6
     assert solved.predicted_step_time_s >= expected - 1e-6  # it is itself a plan of the space
     assert solved.predicted_peak_device_bytes <= hw.device_memory
+
+
+@pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", CASES[:4])
+def test_milp_matches_enumeration_with_shared_cores(num_layers, seed, dev, host, nvme, bw):
+    """The device computes on the host's cores (the CPU backend): the optimizer's seconds add to the
+    compute's in the step model, the search and the MILP alike; a slow optimizer makes it matter."""
+    costs = instance(num_layers, seed)
+    hw = hardware_for(costs, dev, host, nvme, bw, host_shares_device=True, host_opt_rate=5e9)
+    expected = enumerate_best(costs, hw, max_segment_length=4, max_resident_tail=num_layers)
+    solved = milp.solve(costs, hw, max_segment_length=4, max_resident_tail=num_layers, rel_gap=0.0)
+    assert expected < float("inf")
+    assert milp.lp_bound(costs, hw, max_segment_length=4, max_resident_tail=num_layers) <= expected + 1e-6
+    assert abs(solved.predicted_step_time_s - expected) <= 1e-6
 
 
 @pytest.mark.slow

@@ -16,9 +16,10 @@ def _probe(tiers, keep, k):
                                  act_prefetch_depth=1, optimizer_mode="pipelined")
 
 
-@pytest.mark.parametrize("num_layers", [4, 9, 24])
-def test_incremental_models_equal_timing_and_memory(num_layers):
-    hw = Hardware.preset("h800", device_memory=70e9)
+@pytest.mark.parametrize("num_layers,shared", [(4, False), (9, False), (24, False), (4, True), (9, True)])
+def test_incremental_models_equal_timing_and_memory(num_layers, shared):
+    # shared: the device computes on the host's cores, with an optimizer slow enough to matter
+    hw = Hardware.preset("h800", device_memory=70e9, **(dict(host_shares_device=True, host_opt_rate=1e9) if shared else {}))
     costs = analytic_costs(get_preset("dense-27b", num_layers=num_layers), batch_size=8, seq_len=1024,
                            device_flops=hw.device_flops, num_micro_batches=2)
     fm = search.FastModel(costs, hw, max_segment_length=num_layers, max_resident_tail=num_layers)

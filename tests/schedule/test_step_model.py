@@ -127,10 +127,13 @@ def fixed_milp_value(plan, S, K):
     return built.model.objective_value
 
 
-def test_milp_objective_equals_step_model_on_fixed_plans():
+@pytest.mark.parametrize("shared", [False, True])
+def test_milp_objective_equals_step_model_on_fixed_plans(shared):
     rng = random.Random(1)
-    for _ in range(40):
+    for _ in range(40 if not shared else 25):
         costs, hw = random_instance(rng, rng.randint(3, 8))
+        if shared:  # the device computes on the host's cores; an optimizer slow enough to matter
+            hw = hw.replace(host_shares_device=True, host_opt_rate=rng.uniform(3e8, 3e9))
         p = random_plan(rng, costs, hw, max_depth=2, modes=("pipelined",))
         L = costs.num_layers
         assert fixed_milp_value(p, L, L) == pytest.approx(p.predicted_step_time_s, rel=1e-5)
