@@ -100,33 +100,12 @@ def _int_at_least(flag: str, low: int):
 
 
 GIB = 2**30
-# Hybrid 8-bit Adam (lt.optim defaults): 8-bit m and v with one fp32 scale each per 256-element
-# block for weight matrices; fp32 m and v for embeddings, the LM head, norms and biases.
-ADAM_8BIT_BYTES = 2 + 2 * 4 / 256
-ADAM_FP32_BYTES = 8
 
 
 def host_footprint(plan, config) -> dict[str, float]:
-    """Host bytes of a training step under ``plan`` (an estimate of what the executor holds):
-    fp32 master weights, Adam state (hybrid 8-bit policy), the bf16 copy streamed to the device,
-    gradients until the update (fp32 when accumulated over micro-batches) and offloaded activations.
-
-    Example:
-      >>> host_footprint(plan, get_preset("qwen2.5-7b"))["total"]
-    """
-    h, i = config.hidden_size, config.intermediate_size
-    q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
-    matrices = sum(h * (q + 2 * kv) + q * h + 3 * h * i for _ in config.layer_kinds)
-    total = config.num_params()
-    vectors = total - matrices  # embeddings, LM head, norms, biases
-    grads = 4.0 * total if plan.num_micro_batches > 1 else float(sum(plan.costs.grad_bytes))
-    parts = {"fp32 master weights": 4.0 * total,
-             "Adam state (8-bit hybrid)": ADAM_8BIT_BYTES * matrices + ADAM_FP32_BYTES * vectors,
-             "bf16 streaming copy": 2.0 * total,
-             "gradients": grads,
-             "offloaded activations": float(plan.predicted_peak_host_bytes)}
-    parts["total"] = sum(parts.values())
-    return parts
+    """Host bytes of a training step under ``plan`` (``schedule.host.footprint``)."""
+    from lazytrain_jax.schedule.host import footprint
+    return footprint(plan, config)
 
 
 def _plan(args) -> int:

@@ -171,7 +171,8 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int) -> f
 
 def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches: int = 1,
             stream_dtype: str = "bfloat16", offload_dir: str | None = None, device_memory: float | None = None,
-            repeats: int = 3, link_bytes: int = 64 << 20, disk_bytes: int = 64 << 20, cached: bool = True):
+            repeats: int = 3, link_bytes: int = 64 << 20, disk_bytes: int = 64 << 20, cached: bool = True,
+            host_memory: float | None = None, nvme_memory: float | None = None):
     """Measures this machine at the run's shapes: ``(Costs, Hardware)`` for the planner.
 
     Per layer kind: forward, backward from kept residuals and backward with in-layer recompute (one
@@ -188,6 +189,10 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
       device_memory: the device budget for the Hardware (default: the accelerator's reported
         limit; required on the CPU backend, where device and host share one memory).
       cached: reuse an earlier measurement of the same key; False measures again (and caches that).
+      host_memory: host bytes for offloaded activations (default: ``schedule.host.activation_budget``,
+        80 % of the RAM available now less this model's host store).
+      nvme_memory: bytes for the NVMe tier (default: 90 % of the free space in ``offload_dir``, or
+        the temporary directory when it is None).
     Returns:
       (Costs with ``source="measured"``, Hardware named ``"measured"``).
     Example:
@@ -237,6 +242,14 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
                                               nvme_write_bw=nvme_write, host_opt_rate=opt_rate,
                                               device_flops=achieved))
     costs, rates = _PROFILE_CACHE[key]
-    hw = Hardware(name="measured", device_memory=float(device_memory), nvme_memory=1e15, host_memory=1e15,
+    if host_memory is None:
+        from lazytrain_jax.schedule.host import activation_budget
+        host_memory = activation_budget(cfg)
+    if nvme_memory is None:
+        import shutil
+        import tempfile
+        nvme_memory = 0.9 * shutil.disk_usage(offload_dir or tempfile.gettempdir()).free
+    hw = Hardware(name="measured", device_memory=float(device_memory), nvme_memory=float(nvme_memory),
+                  host_memory=float(host_memory),
                   device_margin=0.0, host_shares_device=device.platform == "cpu", **rates)
     return costs, hw

@@ -30,6 +30,22 @@ def test_profile_measures_and_plans_for_this_machine():
     assert metrics["peak_device_bytes"] <= plan.predicted_peak_device_bytes
 
 
+def test_profile_host_and_nvme_room_are_this_machines(tmp_path):
+    """Host room for activations: 80 % of the RAM available now less the model's host store; NVMe
+    room: 90 % of the offload directory's free space; either can be given instead."""
+    import shutil
+
+    from lazytrain_jax.schedule import host
+    model = tiny_model("qwen3")
+    kw = dict(device_memory=5e6, repeats=1, link_bytes=1 << 20, disk_bytes=1 << 20, offload_dir=str(tmp_path))
+    _, hw = lt.profile(model, 4, 16, **kw)
+    store = host.store_bytes(model.config)["total"]
+    assert 0 < hw.host_memory <= host.HOST_SHARE * host.available_bytes() * 1.05 - store
+    assert 0 < hw.nvme_memory <= 0.9 * shutil.disk_usage(tmp_path).free * 1.05
+    _, given = lt.profile(model, 4, 16, host_memory=3e9, nvme_memory=0.0, **kw)
+    assert given.host_memory == 3e9 and given.nvme_memory == 0.0
+
+
 def test_profile_bad_input():
     model = tiny_model("qwen3")
     with pytest.raises(ValueError, match="device_memory is required"):
