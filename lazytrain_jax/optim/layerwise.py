@@ -116,7 +116,8 @@ def apply_layer_update(grads, moments: LayerMoments, params, step: StepInfo, hp:
       >>> updates, moments = apply_layer_update(g, moments, p, info, hp)
     """
     updates, new = kernel.tree_update(grads, *moments, params, step, hp, block_size=block_size,
-                                      decay_mask=decay_mask, impl=native.resolve_impl(impl))
+                                      decay_mask=decay_mask,
+                                      impl=native.resolve_impl(impl, returns_updates=True))
     return updates, LayerMoments(*new)
 
 

@@ -21,7 +21,8 @@ memory (~5.7 vector instructions per parameter: 3 sqrt and 1 div among them; a b
 no faster than 100M parameters): pinned to one core about 340 Mparam/s, under DeepSpeedCPUAdam's
 fp32 Adam (~420), which does less arithmetic per byte. In the optax transform the update ``u``
 is a fresh XLA temporary that ``apply_updates`` then reads (16 + 12 B/param and a page fault
-per 4 KiB each step), so there it is no faster than the fused XLA transform.
+per 4 KiB each step), so there it is slower than the fused XLA transform and ``"auto"`` keeps the
+transform on XLA (``impl="native"`` asks for the kernel anyway).
 
 Results agree with the XLA path to fp32 rounding, not bit for bit (XLA rewrites some divisions
 into reciprocal multiplies): master weights within a few ulp, codes within one step where a value
@@ -145,15 +146,22 @@ def check_impl(impl: str) -> str:
     return impl
 
 
-def resolve_impl(impl: str) -> str:
-    """``"native"`` or ``"xla"``: what ``impl`` runs on the CPU backend (``"auto"``: native when
-    the kernel could be built). Other backends always run the XLA path (:func:`on_cpu`).
+def resolve_impl(impl: str, *, returns_updates: bool = False) -> str:
+    """``"native"`` or ``"xla"``: what ``impl`` runs on the CPU backend. ``"auto"`` picks the
+    faster path of the entry point: the native kernel for the host step (master in place + copy)
+    when it could be built; the XLA path where the caller gets updates back (``returns_updates``:
+    the optax transform, ``apply_layer_update``), because there the kernel's ``u`` is an extra
+    temporary that ``apply_updates`` reads again, while XLA fuses the update into it (measured:
+    ``benchmarks/optimizer_cpu.py``). Other backends always run the XLA path (:func:`on_cpu`).
 
     Example:
       >>> resolve_impl("auto")   # 'native' where g++ built the kernel
+      >>> resolve_impl("auto", returns_updates=True)   # 'xla'
     """
     check_impl(impl)
-    return "native" if impl == "native" or (impl == "auto" and available()) else "xla"
+    if impl == "auto":
+        return "native" if available() and not returns_updates else "xla"
+    return impl
 
 
 def on_cpu(native_fn, xla_fn, *args):

@@ -126,7 +126,7 @@ def _transform_steps(impl, params, num_steps=3):
 def test_transform_native_matches_xla_and_runs_the_kernel():
     params = lt.init_model("qwen3-debug").params
     xp, xs, _ = _transform_steps("xla", params)
-    npar, ns, step = _transform_steps("auto", params)
+    npar, ns, step = _transform_steps("native", params)
     args = (npar, ns, _grads(params, 0, 1.0))
     hlo = step.lower(*args).as_text()
     # the 7 matrices of each of the 4 layers (embed, head and norms keep fp32 state: XLA)
@@ -143,9 +143,18 @@ def test_transform_native_matches_xla_and_runs_the_kernel():
     assert int(ns.count) == int(xs.count) == 3
 
 
-def test_accelerator_lowering_takes_the_xla_path_without_float8():
+def test_auto_picks_the_kernel_for_the_host_step_and_xla_for_updates():
+    assert native.resolve_impl("auto", returns_updates=True) == "xla"
+    assert native.resolve_impl("auto") == ("native" if native.available() else "xla")
     params = {"w": jnp.ones((64, 256), jnp.float32)}
     tx = optim.adamw_8bit(LR, max_grad_norm=1.0, min_8bit_size=0)  # impl="auto"
+    hlo = jax.jit(lambda p, s, g: tx.update(g, s, p)).lower(params, tx.init(params), params).as_text()
+    assert native.UPDATE_TARGET not in hlo
+
+
+def test_accelerator_lowering_takes_the_xla_path_without_float8():
+    params = {"w": jnp.ones((64, 256), jnp.float32)}
+    tx = optim.adamw_8bit(LR, max_grad_norm=1.0, min_8bit_size=0, impl="native")
 
     def step(p, s, g):
         u, s = tx.update(g, s, p)
