@@ -215,6 +215,9 @@ def main():
             r = float(np.median([a / max(b, 1e-12) for a, b in ratios[ph]]))
             print(f"{ph:<10} {m:>11.4f} {p:>12.4f} {r:>14.2f}")
     print(f"{'step':<10} {t_meas:>11.4f} {t_pred:>12.4f} {float(np.median([a / b for a, b, _ in totals])):>14.2f}")
+    print("per round (measured / predicted step, s): "
+          + ", ".join(f"{a:.3f} / {b:.3f} = {a / b:.2f}" for a, b, _ in totals)
+          + "  (each round's prediction uses that round's profile: load changes both)")
 
     # (d) pipelined vs serial
     engines = {mode: lt.StreamingEngine(model, all_dev.replace(optimizer_mode=mode), tx8, stream_dtype="float32")
