@@ -51,14 +51,20 @@ def _with(tree, keys, value):
     return out
 
 
-def test_per_unit_loop_equals_whole_tree_transform_on_a_real_model():
+@pytest.mark.parametrize("impl", ["xla", "native"])
+def test_per_unit_loop_equals_whole_tree_transform_on_a_real_model(impl):
+    """Bit for bit when both run the same implementation (``impl="auto"`` picks the native kernel for
+    the per-unit step and XLA for the transform: those agree to fp32 rounding, tests/optim/test_native.py)."""
+    from lazytrain_jax.optim import native
+    if impl == "native" and not native.available():
+        pytest.skip(f"native kernel unavailable: {native.unavailable_reason()}")
     params = lt.init_model("qwen3-debug").params
     cfg = optim.AdamW8bitConfig(
         # a schedule whose values are exact however XLA evaluates them (eager here, jitted in the
         # transform): halvings; a linear schedule's 1/3 steps may round differently in the two
         learning_rate=optax.piecewise_constant_schedule(2e-3, {1: 0.5, 2: 0.5}), b1=0.9, b2=0.99,
         weight_decay=0.05,
-        max_grad_norm=0.5, mask=_no_norm_decay)
+        max_grad_norm=0.5, mask=_no_norm_decay, impl=impl)
     tx = cfg.transform()
     assert optim.hyperparams_of(tx) is cfg
     state = tx.init(params)
@@ -89,7 +95,7 @@ def test_per_unit_loop_equals_whole_tree_transform_on_a_real_model():
         for keys in _units(params):
             new_master, copy, moments = optim.fused_layer_step(
                 _sub(master, keys), _sub(g, keys), optim.layer_moments(state, *keys), info, hp,
-                block_size=cfg.block_size, decay_mask=_sub(decay_mask, keys))
+                block_size=cfg.block_size, decay_mask=_sub(decay_mask, keys), impl=cfg.impl)
             _assert_trees_equal(copy, jax.tree.map(lambda x: x.astype(jnp.bfloat16), new_master))
             master = _with(master, keys, new_master)
             state = optim.set_layer_moments(state, keys, moments)
