@@ -1,5 +1,7 @@
 """Fused global norm, layer-by-layer host updates, non-finite step skipping."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -69,10 +71,14 @@ def _sub(tree, keys):
     return tree
 
 
-@pytest.mark.parametrize("fmt", ["dynamic8", "fp8", "fp32"])
-def test_layer_by_layer_equals_whole_tree(fmt):
+@pytest.mark.parametrize("fmt,impl", [("dynamic8", "xla"), ("dynamic8", "native"), ("fp8", "auto"), ("fp32", "auto")])
+def test_layer_by_layer_equals_whole_tree(fmt, impl):
+    """Bit for bit, both sides on one implementation (the native kernel runs dynamic8 state only)."""
+    from lazytrain_jax.optim import native
+    if impl == "native" and not native.available():
+        pytest.skip(f"native kernel unavailable: {native.unavailable_reason()}")
     params = _real_model()
-    tx = optim.adamw_8bit(LR, max_grad_norm=CLIP, state_format=fmt, min_8bit_size=1024, **HP)
+    tx = optim.adamw_8bit(LR, max_grad_norm=CLIP, state_format=fmt, min_8bit_size=1024, impl=impl, **HP)
     state = tx.init(params)
     up_proj = state.mu["layers"][0]["mlp"]["up_proj"]["weight"]
     assert (up_proj.dtype == jnp.float32) == (fmt == "fp32")
@@ -95,10 +101,10 @@ def test_layer_by_layer_equals_whole_tree(fmt):
             moments = optim.layer_moments(state, *keys)
             sub_master, sub_g = _sub(master, keys), _sub(g, keys)
             if keys[0] == "head":  # the pure-function path (jitted here, no donation)
-                new_master, moments = _apply_jit(sub_g, moments, sub_master, info, hp)
+                new_master, moments = _apply_jit(sub_g, moments, sub_master, info, hp, impl)
             else:
                 new_master, copy, moments = optim.fused_layer_step(
-                    jax.tree.map(jnp.copy, sub_master), sub_g, moments, info, hp)
+                    jax.tree.map(jnp.copy, sub_master), sub_g, moments, info, hp, impl=impl)
                 _assert_trees_equal(copy, jax.tree.map(lambda x: x.astype(jnp.bfloat16),
                                                        new_master))
             state = optim.set_layer_moments(state, keys, moments)
@@ -109,9 +115,9 @@ def test_layer_by_layer_equals_whole_tree(fmt):
     assert int(state.count) == 4
 
 
-@jax.jit
-def _apply_jit(g, moments, params, info, hp):
-    updates, moments = optim.apply_layer_update(g, moments, params, info, hp)
+@functools.partial(jax.jit, static_argnames="impl")
+def _apply_jit(g, moments, params, info, hp, impl="auto"):
+    updates, moments = optim.apply_layer_update(g, moments, params, info, hp, impl=impl)
     return optax.apply_updates(params, updates), moments
 
 
