@@ -259,6 +259,21 @@ def part_e():
             print(f"    {k:>3} {bw / 1e9:>5.0f} {n.predicted_step_time_s:>10.3f} {w.predicted_step_time_s:>8.3f} "
                   f"{w.predicted_step_time_s / n.predicted_step_time_s:>6.3f} {on_host:>8} "
                   f"{sum(w.keep_residuals) - on_host:>9} {simulate(w).step_time_s:>8.3f}", flush=True)
+    print("    what the tier costs the solver: tight dense-27b instance of (a) (45 GB, host optimizer 4e9), solve")
+    print("    seconds with and without it, interleaved, median of 3 (shared machine: noisy)")
+    for L in (64, 128):
+        c = costs("dense-27b", h8, 72, 8, num_layers=L)
+        hw = h800(device_memory=45e9, host_opt_rate=4e9)
+        times = {True: [], False: []}
+        for _ in range(3):
+            for offload in (False, True):
+                t = time.perf_counter()
+                p = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=20,
+                               residual_offload=offload)
+                times[offload].append(time.perf_counter() - t)
+        print(f"    L={L:4d}  without {statistics.median(times[False]):6.2f} s  with {statistics.median(times[True]):6.2f} s"
+              f"  (step {p.predicted_step_time_s:.3f} s, {sum(p.offload_residuals)} layers' residuals on the host)",
+              flush=True)
 
 
 if __name__ == "__main__":
