@@ -13,6 +13,7 @@ from lazytrain_jax.schedule.api import best_heuristic, plan_fixed_batch
 from lazytrain_jax.schedule.bounds import lower_bound
 from lazytrain_jax.schedule.costs import analytic_costs, synthetic_costs
 from lazytrain_jax.schedule.hardware import Hardware
+from lazytrain_jax.schedule.simulator import simulate
 
 PAPER = {"qwen2.5-3b": (192, 7933, 9801), "qwen2.5-7b": (144, 3842, 4758), "qwen2.5-14b": (96, 2047, 2528),
          "qwen3.6-27b": (72, 1075.8, 1361)}
@@ -241,10 +242,48 @@ def part_d(rows):
               f"{plan_lb:8.3f} {p.predicted_step_time_s / plan_lb:6.3f}")
 
 
+def part_e():
+    print("(e) residuals kept on the host (Plan.offload_residuals): dense-27b, 16 layers, b72 m8, h800 with a device")
+    print("    budget of the fixed bytes + every interior boundary + k residuals; MILP (rel_gap 1e-3) with and without")
+    print("    the residual offload tier, at two link speeds; the simulator plays the chosen plan")
+    h8 = h800()
+    c = costs("dense-27b", h8, 72, 8, num_layers=16)
+    base = sum(memory.constant_bytes(c, h8).values()) + sum(c.boundary_bytes[1:-1])
+    print(f"    {'k':>3} {'GB/s':>5} {'without s':>10} {'with s':>8} {'ratio':>6} {'on host':>8} {'on device':>9} {'sim s':>8}")
+    for k in (3, 8):
+        for bw in (25e9, 50e9):
+            hw = h800(device_memory=base + k * c.residual_bytes[0], h2d_bw=bw, d2h_bw=bw, host_memory=400e9)
+            w = milp.solve(c, hw, rel_gap=1e-3)
+            n = milp.solve(c, hw, rel_gap=1e-3, residual_offload=False)
+            on_host = sum(w.offload_residuals)
+            print(f"    {k:>3} {bw / 1e9:>5.0f} {n.predicted_step_time_s:>10.3f} {w.predicted_step_time_s:>8.3f} "
+                  f"{w.predicted_step_time_s / n.predicted_step_time_s:>6.3f} {on_host:>8} "
+                  f"{sum(w.keep_residuals) - on_host:>9} {simulate(w).step_time_s:>8.3f}", flush=True)
+    print("    what the tier costs the solver: tight dense-27b instance of (a) (45 GB, host optimizer 4e9), solve")
+    print("    seconds with and without it, interleaved, median of 3 (shared machine: noisy)")
+    for L in (64, 128):
+        c = costs("dense-27b", h8, 72, 8, num_layers=L)
+        hw = h800(device_memory=45e9, host_opt_rate=4e9)
+        times = {True: [], False: []}
+        for _ in range(3):
+            for offload in (False, True):
+                t = time.perf_counter()
+                p = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=20,
+                               residual_offload=offload)
+                times[offload].append(time.perf_counter() - t)
+        print(f"    L={L:4d}  without {statistics.median(times[False]):6.2f} s  with {statistics.median(times[True]):6.2f} s"
+              f"  (step {p.predicted_step_time_s:.3f} s, {sum(p.offload_residuals)} layers' residuals on the host)",
+              flush=True)
+
+
 if __name__ == "__main__":
     import sys
+    if "--offload-only" in sys.argv:
+        part_e()
+        sys.exit()
     if "--skip-solve-times" not in sys.argv:
         part_a()
     rows_b = part_b()
     rows_c = part_c()
     part_d(rows_b + [(f"{n} rtx3090 batch {p.batch_size} m 1", hw, p) for n, hw, p in rows_c])
+    part_e()

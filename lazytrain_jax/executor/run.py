@@ -4,6 +4,10 @@
 boundary gradient, weight buffers in flight) and plays the items in order. Transfers are issued
 ahead on the channel workers: weights ``plan.weight_prefetch_depth`` items ahead, offloaded
 boundaries ``plan.act_prefetch_depth`` items ahead (their NVMe read one item earlier still).
+Residuals kept on the host (``plan.offload_residuals``) go down on the D2H worker after their
+layer's forward (the device copy is freed once the copy is done, by the end of the next item: the
+step model's deadline) and come back on the H2D worker from their fetch's release window, like an
+offloaded boundary.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from jax.sharding import SingleDeviceSharding
 
 from lazytrain_jax.executor import engine as eng_mod
 from lazytrain_jax.executor.host_optim import host_jit
-from lazytrain_jax.executor.ledger import DeviceMemoryError, live_device_bytes
+from lazytrain_jax.executor.ledger import DeviceMemoryError, device_bytes, live_device_bytes
+from lazytrain_jax.schedule import steps
 from lazytrain_jax.schedule.memory import OFFLOAD_TIERS
 
 
@@ -81,6 +86,13 @@ class StepRun:
         self.h_host: dict[int, object] = {}     # boundary -> future of host arrays (host tier / NVMe staging)
         self.h_nvme: dict[int, object] = {}     # boundary -> future of the NVMe writes
         self.res: dict[int, list] = {}
+        self.offload_res = engine.plan.offload_residuals
+        self.res_host: dict[int, object] = {}   # layer -> future of the host copy of its residuals
+        self.res_meta: dict[int, tuple] = {}   # layer -> (device bytes, shardings) of its residuals
+        self.res_due: dict[int, int] = {}       # item -> layer whose residuals' copy down is due by its end
+        self.resfut: dict[int, object] = {}     # item -> future of its residuals fetched back
+        self.res_release = {t.item: t.release for t in steps.transfers(engine.plan.costs, engine.plan, self.items)
+                            if t.kind == "res_fetch"}
         self.g: list | None = None
         self.wfut: dict[int, object] = {}
         self.afut: dict[int, object] = {}
@@ -201,6 +213,35 @@ class StepRun:
         e.ledger.add_bytes(f"fetch{k}", self.M * self._act_bytes(), item=item.name)
         self.afut[k] = e._submit("h2d", f"b{b} {item.name}", upload, item=k)
 
+    def _offload_residuals(self, k: int, l: int, res: list):
+        """Layer ``l``'s residuals (just computed by item ``k``) down to the host; the device copy stays
+        accounted as ``res{l}`` until the copy is done (waited for by the end of item k + 1)."""
+        e = self.e
+        self.res_meta[l] = (device_bytes(res, e.devices[0]), jax.tree.map(lambda x: x.sharding, res))
+        fut = e._submit("d2h", f"res{l} down", lambda: [self._down(r) for r in res])
+        self.res_host[l] = fut
+        self.res_due[k + 1] = l
+
+        def free():
+            self.res.pop(l, None)
+            e.ledger.free(f"res{l}")
+
+        self.deferred.append((fut, free))
+
+    def _issue_res_fetch(self, k: int, j: int):
+        """Fetch of item ``j``'s residuals from the host, once its release window ``k`` has come."""
+        if j in self.resfut or j not in self.res_release or self.res_release[j] > k:
+            return
+        e, l = self.e, self.items[j].layer
+        src = self.res_host[l]
+        nbytes, shardings = self.res_meta[l]
+
+        def upload():
+            return [jax.device_put(r, shardings[m]) for m, r in enumerate(src.result())]
+
+        e.ledger.add_bytes(f"resfetch{j}", nbytes, item=self.items[j].name)
+        self.resfut[j] = e._submit("h2d", f"res{l} {self.items[j].name}", upload, item=j)
+
     def _weights(self, k: int):
         item = self.items[k]
         if self._uses_resident(item):
@@ -298,7 +339,10 @@ class StepRun:
             self._issue_fetch(k + adepth + 1, read_only=True)
             for j in range(k, k + adepth + 1):
                 self._issue_fetch(j)
+                self._issue_res_fetch(k, j)
             self._run_item(k, item)
+            if k in self.res_due:  # the copy down of the residuals is due by the end of this item
+                self.e._wait(self.res_host[self.res_due.pop(k)], "d2h")
             for u in e.updates_due.get(k, ()):
                 if e._pending_units[u] is not None:
                     e._wait(e._pending_units[u], "optimizer")
@@ -314,13 +358,15 @@ class StepRun:
 
     def release(self):
         """Drops every reference the step holds (closures in deferred callbacks form cycles)."""
-        for name in ("h", "h_host", "h_nvme", "res", "wfut", "afut", "rfut", "resident_w", "grad_futs"):
+        for name in ("h", "h_host", "h_nvme", "res", "wfut", "afut", "rfut", "resident_w", "grad_futs", "res_host",
+                     "res_meta", "res_due", "resfut"):
             getattr(self, name).clear()
         self.deferred, self.g, self.g0_futs, self.tied_fut, self.micro = [], None, [], None, []
 
     def abort(self):
         """After an error: wait for in-flight transfers so nothing writes behind the caller's back."""
-        for futs in (self.wfut, self.afut, self.rfut, self.grad_futs, self.h_host, self.h_nvme):
+        for futs in (self.wfut, self.afut, self.rfut, self.grad_futs, self.h_host, self.h_nvme, self.res_host,
+                     self.resfut):
             for fut in list(futs.values()):
                 try:
                     fut.result()
@@ -382,6 +428,8 @@ class StepRun:
         if keep:
             e.ledger.add(f"res{l}", res, item=item.name)
             self.res[l] = res
+            if self.offload_res[l]:
+                self._offload_residuals(k, l, res)
         if e.resident[l]:
             self.resident_w[l] = w
             e.ledger.free(f"w{k}")
@@ -453,6 +501,12 @@ class StepRun:
         keep = self.plan.keep_residuals[l]
         g_out = self.g
         h_in = None if keep else self.h[l]
+        if self.offload_res[l]:
+            fetched = e._wait(self.resfut.pop(k), "h2d")
+            e.ledger.free(f"resfetch{k}")
+            e.ledger.add(f"res{l}", fetched, item=item.name)
+            self.res[l] = fetched
+            self.res_host.pop(l, None)
         res = self.res.get(l)
 
         def run():

@@ -167,7 +167,7 @@ def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micr
 def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str = 1, seq_len: int = 1024,
          num_micro_batches: int | None = None, grad_dtype: str = "bfloat16", max_segment_length: int = 8,
          max_resident_tail: int = 8, time_limit_s: float = 30.0, rel_gap: float = milp.DEFAULT_REL_GAP,
-         device_memory: float | None = None, stream_dtype: str = "bfloat16") -> Plan:
+         device_memory: float | None = None, stream_dtype: str = "bfloat16", residual_offload: bool = True) -> Plan:
     """The step-time-optimal Plan (python-mip / CBC) for a model on a hardware.
 
     ``hardware="measure"`` profiles the machine this runs on at the step's shapes
@@ -188,6 +188,7 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
         default gap of 1% is usually proven at the root (the LP bound is tight) in about a second
         for 64 layers; pass a smaller one for a tighter proof (CBC then branches, up to the limit).
         The returned gap covers the micro-batch loop too (against the smallest bound of any count).
+      residual_offload: whether layers' kept residuals may live on the host (``Plan.offload_residuals``).
     Returns:
       The Plan, with predicted step time, peak bytes, solver status, gap and solve time.
     Raises:
@@ -205,13 +206,15 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
         costs, measured = profile(model, batch_size, seq_len, num_micro_batches=num_micro_batches or 1,
                                   stream_dtype=stream_dtype, device_memory=device_memory)
         return plan(costs, measured, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
-                    time_limit_s=time_limit_s, rel_gap=rel_gap)
+                    time_limit_s=time_limit_s, rel_gap=rel_gap, residual_offload=residual_offload)
     hw = as_hardware(hardware)
     _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap)
     if not math.isfinite(hw.device_memory):
         raise ValueError(f"hardware.device_memory={hw.device_memory!r} must be a finite number of bytes")
+    if not isinstance(residual_offload, bool):
+        raise ValueError(f"residual_offload={residual_offload!r} must be True or False")
     solver_kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
-                     time_limit_s=float(time_limit_s), rel_gap=float(rel_gap))
+                     time_limit_s=float(time_limit_s), rel_gap=float(rel_gap), residual_offload=residual_offload)
     if isinstance(model, Costs):
         result = plan_for_costs(model, hw, **solver_kw)
         if result is None:

@@ -15,7 +15,7 @@ recomputed or offloaded, and every layer resident in backward (optimistic).
 
 from __future__ import annotations
 
-from lazytrain_jax.schedule.memory import OFFLOAD_TIERS
+from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, offloaded_residuals
 
 
 def lower_bound(costs, hardware, plan=None) -> dict[str, float]:
@@ -45,6 +45,10 @@ def lower_bound(costs, hardware, plan=None) -> dict[str, float]:
     streamed = [l for l in range(L) if l < L - resident]
     bwd_up = sum(w[l + 1] for l in streamed) + sum(w[i] for i in dropped if i - 1 < L - resident)
     bwd_up += sum(a[i] for i in offloaded)
+    if plan is not None:  # residuals kept on the host: down after the forward, up before the backward
+        res_host = sum(r for r, o in zip(costs.residual_bytes, offloaded_residuals(plan)) if o)
+        fwd_down += res_host
+        bwd_up += res_host
     bwd_down = sum(g[:-1])
     nvme_read = sum(a[i] for i, t in enumerate(tiers) if t == "nvme")
     total_opt = sum(costs.num_params) / hardware.host_opt_rate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, device_breakdown
+from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, device_breakdown, offloaded_residuals
 
 GB = 1e9
 GIB = 2**30
@@ -24,6 +24,7 @@ def explain(plan) -> str:
              f"in {plan.solve_time_s:.2f} s",
              f"{'layer':>6} {'in-tier':>8} {'recomp':>6} {'resid':>5} {'resdnt':>6} {'H2D GB':>8} {'D2H GB':>8} {'NVMe GB':>8}"]
     tot = [0, 0, 0, 0.0, 0.0, 0.0]
+    offloaded = offloaded_residuals(plan)
     for l in range(L):
         recompute = tiers[l + 1] == "drop"
         resident = l >= L - plan.resident_tail
@@ -31,9 +32,12 @@ def explain(plan) -> str:
         h2d += c.boundary_bytes[l] if tiers[l] in OFFLOAD_TIERS else 0.0
         d2h = c.grad_bytes[l + 1] + (c.boundary_bytes[l] if tiers[l] in OFFLOAD_TIERS else 0.0)
         nvme = 2 * c.boundary_bytes[l] if tiers[l] == "nvme" else 0.0
+        res_host = c.residual_bytes[l] if offloaded[l] else 0.0
+        h2d, d2h = h2d + res_host, d2h + res_host
+        resid = "host" if offloaded[l] else "yes" if plan.keep_residuals[l] else ""
         tot[0] += recompute; tot[1] += plan.keep_residuals[l]; tot[2] += resident
         tot[3] += h2d; tot[4] += d2h; tot[5] += nvme
-        lines.append(f"{l:>6} {tiers[l]:>8} {'yes' if recompute else '':>6} {'yes' if plan.keep_residuals[l] else '':>5} "
+        lines.append(f"{l:>6} {tiers[l]:>8} {'yes' if recompute else '':>6} {resid:>5} "
                      f"{'yes' if resident else '':>6} {h2d / GB:>8.3f} {d2h / GB:>8.3f} {nvme / GB:>8.3f}")
     lines.append(f"{'total':>6} {'':>8} {tot[0]:>6} {tot[1]:>5} {tot[2]:>6} {tot[3] / GB:>8.2f} {tot[4] / GB:>8.2f} "
                  f"{tot[5] / GB:>8.2f}")

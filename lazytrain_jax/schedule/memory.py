@@ -12,7 +12,12 @@ weight bytes of layer l, G_l = gradient bytes of layer l, R_l = kept residual by
                                                     output (forward), or the uploaded input, incoming
                                                     and outgoing gradients (backward), and prefetched
                                                     boundaries
-         + Σ_{l: keep_residuals_l} R_l              interior residuals kept from forward to backward
+         + Σ_{l: kept on device} R_l                interior residuals kept on device, forward to backward
+         + (1 + act_prefetch_depth) · max_{l: on host} R_l
+                                                    residuals kept on the host: the one being copied
+                                                    down and the next layer's (forward), or the one in
+                                                    use and those prefetched (backward), as for
+                                                    boundaries on the host
          + max_{(s,e), e−s ≥ 2} (Σ_{j=s+1}^{e−1} A_j + [tier_s ∈ {host, nvme}] · A_s)
                                                     recompute working set of the largest segment
                                                     (its recomputed boundaries and uploaded base)
@@ -24,7 +29,8 @@ the step; the simulator's time-resolved curve stays below it, and the executor a
 accounted peak never exceeds it. The MILP uses the same terms, linearised (``constant_bytes`` is
 the part that does not depend on the boundary/residual/segment decisions).
 
-Host activation bytes = Σ_{tier host} A_i + (2 · max A if any boundary is on NVMe: staging).
+Host activation bytes = Σ_{tier host} A_i + (2 · max A if any boundary is on NVMe: staging)
+                      + Σ_{l: residuals on host} R_l.
 NVMe bytes = Σ_{tier nvme} A_i.
 """
 
@@ -83,10 +89,24 @@ def device_breakdown(costs, hardware, plan) -> dict[str, float]:
                          act_prefetch_depth=plan.act_prefetch_depth)
     a = costs.boundary_bytes
     out["boundaries_device"] = float(sum(a[i] for i in range(1, len(a) - 1) if tiers[i] == "device"))
-    out["residuals"] = float(sum(r for r, keep in zip(costs.residual_bytes, plan.keep_residuals) if keep))
+    off = offloaded_residuals(plan)
+    out["residuals"] = float(sum(r for r, keep, o in zip(costs.residual_bytes, plan.keep_residuals, off)
+                                 if keep and not o))
+    out["residuals_offload_working"] = offload_working_bytes(costs.residual_bytes, off, plan.act_prefetch_depth)
     out["recompute_working_set"] = max([segment_working_bytes(a, tiers, s, e) for s, e in segments(tiers)],
                                        default=0.0)
     return out
+
+
+def offload_working_bytes(residual_bytes: Sequence[float], offloaded: Sequence[bool], act_prefetch_depth: int) -> float:
+    """Device bytes of residuals kept on the host while they are in transit: (1 + a) · the largest."""
+    return (1 + act_prefetch_depth) * max([r for r, o in zip(residual_bytes, offloaded) if o], default=0.0)
+
+
+def offloaded_residuals(plan) -> tuple[bool, ...]:
+    """Per layer: are its kept residuals on the host (``Plan.offload_residuals``; none if empty)."""
+    off = tuple(getattr(plan, "offload_residuals", ()) or ())
+    return off or (False,) * len(plan.keep_residuals)
 
 
 def device_peak_bytes(costs, hardware, plan) -> float:
@@ -110,7 +130,7 @@ def host_peak_bytes(costs, plan) -> float:
     host = float(sum(a[i] for i, t in enumerate(tiers) if t == "host"))
     if any(t == "nvme" for t in tiers):
         host += 2.0 * max(a)
-    return host
+    return host + float(sum(r for r, o in zip(costs.residual_bytes, offloaded_residuals(plan)) if o))
 
 
 def nvme_peak_bytes(costs, plan) -> float:

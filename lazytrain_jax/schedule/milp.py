@@ -80,6 +80,7 @@ class Built:
     host: dict
     nv: dict
     res: dict
+    off: dict
     r: dict
     objective_const: float
     weight_prefetch_depth: int
@@ -89,7 +90,7 @@ class Built:
 
 def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
           weight_prefetch_depth: int = 1, act_prefetch_depth: int = 1, objective: str = "time",
-          union: bool = False, verbose: bool = False) -> Built:
+          union: bool = False, residual_offload: bool = True, verbose: bool = False) -> Built:
     """The planning MILP for ``costs`` on ``hardware`` at fixed prefetch depths (see the module docstring).
 
     Args:
@@ -97,6 +98,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       weight_prefetch_depth, act_prefetch_depth: 1 or 2; objective: ``time`` or ``memory``.
       union: a relaxation of every depth pair at once (only for its LP bound): the memory of depth 1,
         the upload splits of depth 2 and each update in either of its two windows.
+      residual_offload: whether kept residuals may go to the host (``Plan.offload_residuals``).
     Returns:
       A Built (the model and its variables).
     Example:
@@ -176,6 +178,11 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     for s in nv:
         m += xs(vv for (s2, _), vv in v.items() if s2 == s) == nv[s]
     res = {l: m.add_var(var_type=mip.BINARY) for l in range(L) if R[l] <= slack and bwd_rc[l] > bwd[l]}
+    # off_l: layer l's kept residuals live on the host (down after F_l, fetched back before B_l)
+    off = {l: m.add_var(var_type=mip.BINARY) for l in res
+           if residual_offload and steps.residual_offload_allowed(l, L) and R[l] <= hardware.host_memory}
+    for l in off:
+        m += off[l] <= res[l]
     r = {l: m.add_var(var_type=mip.BINARY) for l in range(L - K, L) if W[l] <= slack}
     for l in r:
         if l + 1 in r:
@@ -272,9 +279,27 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                read=xs(read_terms) if read_terms else 0.0, cuts=cuts, floor=bwd[l] if l in res else bwd_rc[l])
     window("BE", compute=costs.bwd_time[0], down=G[0] + costs.grad_bytes[0])
 
+    # residuals on the host: D2H in the window after the layer's forward; the fetch is due in the
+    # window before its backward, which is RC_{l-1} when a recompute segment ends at l + 1 (that
+    # placement linearised: z = off · Σ x[s, l+1]), else the window of the item above
+    for l, o in off.items():
+        win[f"F{l + 1}"]["down"] = win[f"F{l + 1}"]["down"] + R[l] * o
+        win[f"F{l + 1}"]["cuts"].append([(R[l] / d2h, o)])
+        above = "FH" if l + 1 == L else f"B{l + 1}"
+        longer = [x[s, l + 1] for s in range(max(0, l + 1 - S), l) if (s, l + 1) in x]
+        if longer:
+            z = m.add_var(lb=0.0, ub=1.0)
+            m += z <= o
+            m += z <= xs(longer)
+            m += z >= o + xs(longer) - 1
+            win[f"RC{l - 1}"]["up_a"] = win[f"RC{l - 1}"]["up_a"] + R[l] * z
+            win[above]["up_a"] = win[above]["up_a"] + R[l] * o - R[l] * z
+        else:
+            win[above]["up_a"] = win[above]["up_a"] + R[l] * o
+
     # depth 2: part of a window's upload done in the window before it
     cap_w = max(list(W) + [costs.weight_bytes[0], costs.weight_bytes[-1]])
-    cap_a = max(A)
+    cap_a = max(list(A) + [R[l] for l in off])
 
     def preds(name):
         """(window before, indicator or None) candidates of window ``name``."""
@@ -369,12 +394,27 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     if longer:
         m += ws >= xs((least[n] - least[n - 1]) * longer[n] for n in longer)
     device_terms = [a[i] * dev[i] for i in dev] + [R[l] / unit * res[l] for l in res] + [W[l] / unit * r[l] for l in r]
+    device_terms += [-R[l] / unit * o for l, o in off.items()]
+    if off:  # memory.offload_working_bytes: (1 + a) · the largest residual on the host
+        res_max = m.add_var(lb=0.0)
+        for l, o in off.items():
+            m += res_max >= R[l] / unit * o
+        if not union:
+            # one binary "some residual is on the host": CBC branches on it first, and a fractional
+            # offload then pays the least residual's working set in full (64 layers where the tier
+            # wins: 28 s instead of 63 s); left out of the union LP, which it slowed 1.7x at 128 layers
+            some = m.add_var(var_type=mip.BINARY)
+            for o in off.values():
+                m += some >= o
+            m += res_max >= min(R[l] for l in off) / unit * some
+        device_terms.append((1 + (1 if union else da)) * res_max)
     peak = base_mem / unit + xs(device_terms + [ws])
-    if host:
+    host_res = [(R[l] / unit, o) for l, o in off.items()]
+    if host or off:
         any_nv = m.add_var(var_type=mip.BINARY) if nv else None
         for i in nv:
             m += any_nv >= nv[i]
-        host_terms = [(a[i], host[i]) for i in host] + ([(2 * max(a), any_nv)] if nv else [])
+        host_terms = [(a[i], host[i]) for i in host] + ([(2 * max(a), any_nv)] if nv else []) + host_res
         m += xs(c * z for c, z in host_terms) <= hardware.host_memory / unit
         _rounded_knapsack(m, host_terms, hardware.host_memory / unit)
     if nv:
@@ -385,7 +425,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     else:
         m += peak <= budget / unit
         m.objective = mip.minimize(xs(T) + objective_const)
-    return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, r=r,
+    return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, off=off, r=r,
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L)
 
 
@@ -432,8 +472,10 @@ def decode(built: Built, costs, hardware, *, status: str, bound: float | None, s
         elif i in built.nv and built.nv[i].x > 0.5:
             tiers[i] = "nvme"
     keep = [l in built.res and built.res[l].x > 0.5 for l in range(L)]
+    offload = [l in built.off and built.off[l].x > 0.5 for l in range(L)]
     k = sum(1 for l in built.r if built.r[l].x > 0.5)
-    plan = Plan.create(costs, hardware, name="milp", boundary_tiers=tiers, keep_residuals=keep, resident_tail=k,
+    plan = Plan.create(costs, hardware, name="milp", boundary_tiers=tiers, keep_residuals=keep,
+                       offload_residuals=offload, resident_tail=k,
                        weight_prefetch_depth=built.weight_prefetch_depth, act_prefetch_depth=built.act_prefetch_depth,
                        solver_status=status, solve_time_s=solve_time_s)
     value = plan.predicted_step_time_s
@@ -445,7 +487,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
           time_limit_s: float = 30.0, rel_gap: float = DEFAULT_REL_GAP, warm_start: Plan | None = None,
           objective: str = "time", cutoff: float | None = None, depths=MILP_DEPTHS,
           search_evaluations: int = search.DEFAULT_EVALUATIONS, max_nodes: int = DEFAULT_MAX_NODES,
-          verbose: bool = False, stats: dict | None = None) -> Plan | None:
+          residual_offload: bool = True, verbose: bool = False, stats: dict | None = None) -> Plan | None:
     """Solves the planning MILP for ``costs`` on ``hardware``, choosing the prefetch depths too.
 
     Args:
@@ -463,6 +505,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       max_nodes: CBC branch-and-bound nodes per depth pair. Node and evaluation counts, not
         seconds, bound the work, so the same input gives the same plan whatever the machine load
         (as long as ``time_limit_s``, a safety net, is not reached first).
+      residual_offload: whether kept residuals may live on the host (``Plan.offload_residuals``).
       stats: if a dict, filled with where the seconds went: ``search_s``, ``lp_s`` (LP relaxations,
         ``lp_solves`` of them), ``cbc_s`` (branch and bound, ``cbc_runs`` of them) and ``proof``
         (``union_lp``: one LP for every depth pair proved the gap; ``depth_lps``: each depth pair's LP
@@ -483,7 +526,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         stats["lp_solves"] += 1
         return value
 
-    kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail, verbose=verbose)
+    kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+              residual_offload=residual_offload, verbose=verbose)
     if objective == "memory":
         built = build(costs, hardware, objective="memory", **kw)
         status = _optimize(built, rel_gap, time_limit_s, None)
@@ -499,9 +543,12 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     if search_evaluations >= 0:
         t = time.perf_counter()
         found = search.heuristic_plan(costs, hardware, max_segment_length=S, max_resident_tail=K,
-                                      max_evaluations=search_evaluations, starts=[warm_start])
+                                      max_evaluations=search_evaluations, starts=[warm_start],
+                                      residual_offload=residual_offload)
         stats["search_s"] = time.perf_counter() - t
     best, best_bound = None, float("inf")
+    if warm_start is not None and not residual_offload and any(warm_start.offload_residuals):
+        warm_start = None  # outside the space asked for
     starts = [q for q in (_at_depths(p, dw, da) for p in (found, warm_start) for dw, da in depths) if q is not None]
     incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
     if incumbent is not None and rel_gap > 0 and len(depths) > 1:
@@ -581,8 +628,8 @@ def _at_depths(plan: Plan | None, dw: int, da: int) -> Plan | None:
     if (plan.weight_prefetch_depth, plan.act_prefetch_depth) == (dw, da):
         return plan
     moved = Plan.create(plan.costs, plan.hardware, name=plan.name, boundary_tiers=plan.boundary_tiers,
-                        keep_residuals=plan.keep_residuals, resident_tail=plan.resident_tail,
-                        weight_prefetch_depth=dw, act_prefetch_depth=da)
+                        keep_residuals=plan.keep_residuals, offload_residuals=plan.offload_residuals,
+                        resident_tail=plan.resident_tail, weight_prefetch_depth=dw, act_prefetch_depth=da)
     return moved if moved.fits() else None
 
 
@@ -614,6 +661,11 @@ def _start_values(plan, built: Built):
         start.append((var, 1.0 if plan.keep_residuals[l] else 0.0))
     if any(plan.keep_residuals[l] and l not in res for l in range(L)):
         return []
+    offload = memory.offloaded_residuals(plan)
+    if any(offload[l] and l not in built.off for l in range(L)):
+        return []
+    for l, var in built.off.items():
+        start.append((var, 1.0 if offload[l] else 0.0))
     for l, var in r.items():
         start.append((var, 1.0 if l >= L - plan.resident_tail else 0.0))
     if plan.resident_tail and any(l not in r for l in range(L - plan.resident_tail, L)):

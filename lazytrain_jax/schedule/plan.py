@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any, Mapping
 
-from lazytrain_jax.schedule import memory
+from lazytrain_jax.schedule import memory, steps
 from lazytrain_jax.schedule.costs import Costs
 from lazytrain_jax.schedule.hardware import Hardware
 
@@ -29,6 +29,10 @@ class Plan:
         boundaries between kept s and e is recomputed from s when the backward pass enters the
         segment (``segments``); layer j is recomputed iff boundary j + 1 is dropped.
       keep_residuals: per layer, keep the interior residuals from forward (skip its in-layer recompute).
+      offload_residuals: per layer, keep those residuals in host memory rather than on the device:
+        copied down after the layer's forward, fetched back ahead of its backward (only where
+        ``keep_residuals`` holds, and for layers 0..L-2: ``steps.residual_offload_allowed``).
+        Empty (the default, and every plan written before the field existed) means no offload.
       resident_tail: the last k layers keep their weights on device from forward into backward.
       weight_prefetch_depth, act_prefetch_depth: look-ahead of weight and activation transfers.
       optimizer_mode: ``pipelined`` (host update of each unit overlapped with the next step's
@@ -49,6 +53,7 @@ class Plan:
     name: str
     boundary_tiers: tuple[str, ...]
     keep_residuals: tuple[bool, ...]
+    offload_residuals: tuple[bool, ...] = ()
     resident_tail: int = 0
     weight_prefetch_depth: int = 1
     act_prefetch_depth: int = 1
@@ -66,8 +71,10 @@ class Plan:
     def __post_init__(self):
         object.__setattr__(self, "boundary_tiers", tuple(self.boundary_tiers))
         object.__setattr__(self, "keep_residuals", tuple(bool(r) for r in self.keep_residuals))
+        offload = tuple(self.offload_residuals) or (False,) * self.costs.num_layers
         validate_decisions(self.costs.num_layers, self.boundary_tiers, self.keep_residuals, self.resident_tail,
-                           self.weight_prefetch_depth, self.act_prefetch_depth, self.optimizer_mode)
+                           self.weight_prefetch_depth, self.act_prefetch_depth, self.optimizer_mode, offload)
+        object.__setattr__(self, "offload_residuals", tuple(bool(o) for o in offload))
         if self.version != PLAN_VERSION:
             raise ValueError(f"Plan.version={self.version!r} is not supported; valid: [{PLAN_VERSION}]")
 
@@ -75,8 +82,8 @@ class Plan:
 
     @classmethod
     def create(cls, costs: Costs, hardware: Hardware, *, name: str, boundary_tiers, keep_residuals=None,
-               resident_tail: int = 0, weight_prefetch_depth: int = 1, act_prefetch_depth: int = 1,
-               optimizer_mode: str = "pipelined", solver_status: str = "heuristic", gap: float | None = None,
+               offload_residuals=None, resident_tail: int = 0, weight_prefetch_depth: int = 1,
+               act_prefetch_depth: int = 1, optimizer_mode: str = "pipelined", solver_status: str = "heuristic", gap: float | None = None,
                solve_time_s: float = 0.0) -> "Plan":
         """A Plan with its predictions filled in from the timing and memory models.
 
@@ -86,7 +93,8 @@ class Plan:
         from lazytrain_jax.schedule import timing
         keep = tuple(keep_residuals) if keep_residuals is not None else (False,) * costs.num_layers
         draft = cls(name=name, boundary_tiers=tuple(boundary_tiers), keep_residuals=keep,
-                    resident_tail=resident_tail, weight_prefetch_depth=weight_prefetch_depth,
+                    offload_residuals=tuple(offload_residuals or ()), resident_tail=resident_tail,
+                    weight_prefetch_depth=weight_prefetch_depth,
                     act_prefetch_depth=act_prefetch_depth, optimizer_mode=optimizer_mode, costs=costs,
                     hardware=hardware, solver_status=solver_status, gap=gap, solve_time_s=solve_time_s)
         return dataclasses.replace(
@@ -152,6 +160,7 @@ class Plan:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["boundary_tiers"] = list(self.boundary_tiers)
         d["keep_residuals"] = list(self.keep_residuals)
+        d["offload_residuals"] = list(self.offload_residuals)
         d["costs"] = self.costs.to_dict()
         d["hardware"] = self.hardware.to_dict()
         return d
@@ -219,7 +228,7 @@ class Plan:
 
 
 def validate_decisions(num_layers: int, tiers, keep_residuals, resident_tail: int, weight_prefetch_depth: int,
-                       act_prefetch_depth: int, optimizer_mode: str) -> None:
+                       act_prefetch_depth: int, optimizer_mode: str, offload_residuals=None) -> None:
     """Raises ValueError naming the field when a decision is outside the decision space."""
     if len(tiers) != num_layers + 1:
         raise ValueError(f"Plan.boundary_tiers has {len(tiers)} entries; expected num_layers + 1 = {num_layers + 1}")
@@ -233,6 +242,19 @@ def validate_decisions(num_layers: int, tiers, keep_residuals, resident_tail: in
             raise ValueError(f"Plan.boundary_tiers[{i}]='nvme' is not allowed; NVMe holds boundaries 1..{num_layers - 3}")
     if len(keep_residuals) != num_layers:
         raise ValueError(f"Plan.keep_residuals has {len(keep_residuals)} entries; expected {num_layers}")
+    if offload_residuals is not None:
+        if len(offload_residuals) != num_layers:
+            raise ValueError(f"Plan.offload_residuals has {len(offload_residuals)} entries; expected {num_layers} "
+                             f"(or none: no offload)")
+        for l, off in enumerate(offload_residuals):
+            if not isinstance(off, (bool, int)) or off not in (0, 1):
+                raise ValueError(f"Plan.offload_residuals[{l}]={off!r}; valid: true or false")
+            if off and not keep_residuals[l]:
+                raise ValueError(f"Plan.offload_residuals[{l}]=True needs Plan.keep_residuals[{l}]=True (only kept "
+                                 f"residuals can be offloaded to the host)")
+            if off and not steps.residual_offload_allowed(l, num_layers):
+                raise ValueError(f"Plan.offload_residuals[{l}]=True is not allowed; residual offload is for layers "
+                                 f"0..{num_layers - 2} (the last layer's backward follows its forward too closely)")
     if isinstance(resident_tail, bool) or not isinstance(resident_tail, int) or not 0 <= resident_tail <= num_layers:
         raise ValueError(f"Plan.resident_tail={resident_tail!r}; valid: 0..{num_layers}")
     for name, value in (("weight_prefetch_depth", weight_prefetch_depth), ("act_prefetch_depth", act_prefetch_depth)):

@@ -30,9 +30,14 @@ _OFF = ("host", "nvme")
 
 
 class FastModel:
-    """Step time and peaks of a plan given as (tiers, keep, k), without building Items/Windows."""
+    """Step time and peaks of a plan given as (tiers, keep, k), without building Items/Windows.
 
-    def __init__(self, costs, hardware, *, max_segment_length: int, max_resident_tail: int):
+    ``keep[l]`` is False (recompute in backward), True (residuals kept on device) or ``"host"``
+    (kept on the host: ``Plan.offload_residuals``).
+    """
+
+    def __init__(self, costs, hardware, *, max_segment_length: int, max_resident_tail: int,
+                 residual_offload: bool = True):
         self.costs, self.hw = costs, hardware
         L = self.L = costs.num_layers
         self.S = max(1, min(max_segment_length, L))
@@ -59,6 +64,8 @@ class FastModel:
         # residuals / tail are only worth it where the MILP allows them (same filters)
         slack = hardware.device_memory - self.base_mem
         self.res_ok = [self.R[l] <= slack and self.bwd_rc[l + 1] > self.bwd[l + 1] for l in range(L)]
+        self.off_ok = [residual_offload and self.res_ok[l] and steps.residual_offload_allowed(l, L)
+                       and self.R[l] <= hardware.host_memory for l in range(L)]
         # forward windows (P0 .. FH) and the host optimizer's cumulative seconds due by each of them
         self.F = L + 4
         due = [0.0] * self.F
@@ -71,14 +78,15 @@ class FastModel:
 
     # ---- the item sequence and its windows (same as timing.items / timing.windows) --------------
 
-    def forward_items(self):
+    def forward_items(self, keep=None):
         L, w, g, fwd = self.L, self.w, self.g, self.fwd
-        # items: (compute, up_bytes, boundary_in, produces, grad_bytes, opt_unit)
-        seq = [(0.0, 0.0, None, None, 0.0, None), (0.0, 0.0, None, None, 0.0, None),
-               (fwd[0], w[0], None, 0, 0.0, 0)]
+        keep = [False] * L if keep is None else keep
+        # items: (compute, up_bytes, boundary_in, produces, grad_bytes, opt_unit, residual_down, residual_in)
+        seq = [(0.0, 0.0, None, None, 0.0, None, 0.0, 0.0), (0.0, 0.0, None, None, 0.0, None, 0.0, 0.0),
+               (fwd[0], w[0], None, 0, 0.0, 0, 0.0, 0.0)]
         for l in range(L):
-            seq.append((fwd[l + 1], w[l + 1], None, l + 1, 0.0, l + 1))
-        seq.append((fwd[-1], w[-1], None, None, g[-1], L + 1))
+            seq.append((fwd[l + 1], w[l + 1], None, l + 1, 0.0, l + 1, self.R[l] if keep[l] == "host" else 0.0, 0.0))
+        seq.append((fwd[-1], w[-1], None, None, g[-1], L + 1, 0.0, 0.0))
         return seq
 
     def segment_items(self, s, e, tiers, keep, k):
@@ -88,12 +96,13 @@ class FastModel:
         base = s if tiers[s] in _OFF else None
         out = []
         for j in range(s, e - 1):
-            out.append((fwd[j + 1], 0.0 if j >= resident_from else w[j + 1], base if j == s else None, None, 0.0, None))
+            out.append((fwd[j + 1], 0.0 if j >= resident_from else w[j + 1], base if j == s else None, None, 0.0, None,
+                        0.0, 0.0))
         for l in range(e - 1, s - 1, -1):
             c = self.bwd[l + 1] if keep[l] else self.bwd_rc[l + 1]
             grads = g[l + 1] + (g[0] if l == 0 else 0.0)
             out.append((c, 0.0 if l >= resident_from else w[l + 1], base if (l == s and e - s == 1) else None,
-                        None, grads, None))
+                        None, grads, None, 0.0, self.R[l] if keep[l] == "host" else 0.0))
         return out
 
     def window(self, seq, k_, tiers) -> float:
@@ -103,14 +112,14 @@ class FastModel:
         up = down = read = write = 0.0
         if k_ + 1 < n:
             nxt = seq[k_ + 1]
-            up = nxt[1] + (A[nxt[2]] if nxt[2] is not None else 0.0)
+            up = nxt[1] + (A[nxt[2]] if nxt[2] is not None else 0.0) + nxt[7]
         if k_ + 2 < n:
             b = seq[k_ + 2][2]
             if b is not None and tiers[b] == "nvme":
                 read = A[b]
         if k_ >= 1:
             prev = seq[k_ - 1]
-            down = prev[4]
+            down = prev[4] + prev[6]
             p = prev[3]
             if p is not None and tiers[p] in _OFF:
                 down += A[p]
@@ -138,7 +147,7 @@ class FastModel:
     def state(self, tiers, keep, k):
         """Everything the incremental evaluations need about the plan (tiers, keep, k)."""
         tiers, keep = list(tiers), list(keep)
-        seq = self.forward_items()
+        seq = self.forward_items(keep)
         kept = [i for i, t in enumerate(tiers) if t != "drop"]
         block = {}
         for idx in range(len(kept) - 1, 0, -1):
@@ -146,7 +155,7 @@ class FastModel:
             start = len(seq)
             seq.extend(self.segment_items(s, e, tiers, keep, k))
             block[s] = (start, len(seq), e)
-        seq.append((self.bwd[0], 0.0, None, None, 0.0, None))
+        seq.append((self.bwd[0], 0.0, None, None, 0.0, None, 0.0, 0.0))
         wc = [self.window(seq, j, tiers) for j in range(len(seq))]
         pos_b = {}
         for s, (start, end, e) in block.items():
@@ -159,8 +168,8 @@ class FastModel:
                     pos_b=pos_b, ws=ws,
                     ws_top=top,
                     dev=sum(self.A[i] for i in range(1, self.L) if tiers[i] == "device"),
-                    res=sum(r for r, kp in zip(self.R, keep) if kp),
-                    host=sum(a for a, t in zip(self.A, tiers) if t == "host"),
+                    res=self.residual_bytes(keep),
+                    host=sum(a for a, t in zip(self.A, tiers) if t == "host") + self.host_residual_bytes(keep),
                     nvme=sum(a for a, t in zip(self.A, tiers) if t == "nvme"),
                     num_nvme=tiers.count("nvme"))
 
@@ -214,9 +223,18 @@ class FastModel:
         peak = self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
         return total, peak
 
+    def residual_bytes(self, keep) -> float:
+        """Device bytes of kept residuals: on device, and (depth 1) twice the largest on the host."""
+        on_host = [r for r, kp in zip(self.R, keep) if kp == "host"]
+        return sum(r for r, kp in zip(self.R, keep) if kp is True) + 2.0 * max(on_host, default=0.0)
+
+    def host_residual_bytes(self, keep) -> float:
+        return sum(r for r, kp in zip(self.R, keep) if kp == "host")
+
     def try_res(self, st, l):
-        """(step time, device peak) after toggling layer l's residuals."""
+        """(step time, device peak) after toggling layer l's residuals (kept on device <-> not kept)."""
         keep = st["keep"]
+        assert keep[l] != "host", "try_res toggles device residuals; use state() for host ones"
         pos = st["pos_b"][l]
         c = self.bwd_rc[l + 1] if keep[l] else self.bwd[l + 1]
         seq = st["seq"]
@@ -234,7 +252,7 @@ class FastModel:
         A = self.A
         peak = self.base_mem + self.tail_mem[k]
         peak += sum(A[i] for i in range(1, self.L) if tiers[i] == "device")
-        peak += sum(r for r, kp in zip(self.R, keep) if kp)
+        peak += self.residual_bytes(keep)
         ws = 0.0
         prev = 0
         for i in range(1, self.L + 1):
@@ -244,8 +262,8 @@ class FastModel:
                 prev = i
         return peak + ws
 
-    def host_bytes(self, tiers) -> float:
-        h = sum(a for a, t in zip(self.A, tiers) if t == "host")
+    def host_bytes(self, tiers, keep=()) -> float:
+        h = sum(a for a, t in zip(self.A, tiers) if t == "host") + self.host_residual_bytes(keep)
         return h + (2.0 * self.a_max if "nvme" in tiers else 0.0)
 
     def nvme_bytes(self, tiers) -> float:
@@ -266,11 +284,13 @@ class FastModel:
                 prev = i
         if k > self.K or any(kp and not ok for kp, ok in zip(keep, self.res_ok)):
             return False
+        if any(kp == "host" and not ok for kp, ok in zip(keep, self.off_ok)):
+            return False
         return True
 
     def fits(self, tiers, keep, k) -> bool:
         hw = self.hw
-        return (self.device_peak(tiers, keep, k) <= hw.device_memory and self.host_bytes(tiers) <= hw.host_memory
+        return (self.device_peak(tiers, keep, k) <= hw.device_memory and self.host_bytes(tiers, keep) <= hw.host_memory
                 and self.nvme_bytes(tiers) <= hw.nvme_memory)
 
 
@@ -293,7 +313,8 @@ DEFAULT_EVALUATIONS = 3000
 
 
 def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
-                   max_evaluations: int = DEFAULT_EVALUATIONS, starts=(), memory_first: bool = False) -> Plan | None:
+                   max_evaluations: int = DEFAULT_EVALUATIONS, starts=(), memory_first: bool = False,
+                   residual_offload: bool = True) -> Plan | None:
     """The best plan found by greedy construction and local search (None if none fits).
 
     Args:
@@ -301,18 +322,24 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
       max_evaluations: move evaluations the local search may spend (the constructions always run);
         a count, so the result does not depend on the machine's speed or load.
       starts: extra Plans to improve (e.g. fitting heuristics); those outside the space are skipped.
+      residual_offload: whether residuals may be kept on the host (``Plan.offload_residuals``).
     Returns:
       A Plan named ``search`` (pipelined optimizer, depth 1) inside the MILP's decision space.
     Example:
       >>> heuristic_plan(costs, Hardware.preset("h800")).predicted_step_time_s
     """
-    fm = FastModel(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail)
+    fm = FastModel(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                   residual_offload=residual_offload)
     candidates = []
     for use_nvme in ((False, True) if hardware.nvme_memory > 0 else (False,)):
         for full_start in (False, True):
             sol = _construct(fm, use_nvme, full_start)
             if sol is not None:
                 candidates.append(sol)
+            if residual_offload and any(fm.off_ok):
+                sol = _construct(fm, use_nvme, full_start, offload=True)
+                if sol is not None:
+                    candidates.append(sol)
             elif memory_first and not full_start:
                 sol = _construct(fm, use_nvme, False, memory_first=True)
                 if sol is not None:
@@ -321,7 +348,8 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
     for p in starts:
         if p is None or p.optimizer_mode != "pipelined" or p.weight_prefetch_depth != 1 or p.act_prefetch_depth != 1:
             continue
-        sol = (list(p.boundary_tiers), list(p.keep_residuals), p.resident_tail)
+        off = memory.offloaded_residuals(p)
+        sol = (list(p.boundary_tiers), ["host" if o else kp for kp, o in zip(p.keep_residuals, off)], p.resident_tail)
         if fm.allowed(*sol) and fm.fits(*sol):
             candidates.append(sol)
     if not candidates:
@@ -341,7 +369,8 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
         if evals.spent:
             break
     tiers, keep, k = best
-    return Plan.create(costs, hardware, name="search", boundary_tiers=tiers, keep_residuals=keep, resident_tail=k)
+    return Plan.create(costs, hardware, name="search", boundary_tiers=tiers, keep_residuals=[bool(kp) for kp in keep],
+                       offload_residuals=[kp == "host" for kp in keep], resident_tail=k)
 
 
 def _counted_paths(fm):
@@ -473,24 +502,39 @@ def _toggle_residuals(fm, st, l):
     return fm.state(st["tiers"], keep, st["k"])
 
 
+def _host_residual_moves(fm, st, l):
+    """States with layer ``l``'s residuals moved to or from the host (evaluated in full; lazily)."""
+    cur = st["keep"][l]
+    if not fm.off_ok[l] and cur != "host":
+        return
+    for value in (("host",) if cur != "host" else (True, False)):
+        keep = st["keep"][:]
+        keep[l] = value
+        yield fm.state(st["tiers"], keep, st["k"])
+
+
 def _apply_tier(fm, st, i, t):
     tiers = st["tiers"][:]
     tiers[i] = t
     return fm.state(tiers, st["keep"], st["k"])
 
 
-def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False):
+def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False, offload: bool = False):
     """Greedy: free device memory at the least time per byte until the plan fits, then spend slack.
 
     ``full_start`` starts from every residual kept and the largest resident tail (residuals then
     compete with offloading for the memory); ``use_nvme`` reserves the NVMe staging buffers in host
     memory from the start (else the NVMe tier is not used); ``memory_first`` takes the move that
-    frees the most bytes (a fitting plan when time does not matter, e.g. for the largest batch).
+    frees the most bytes (a fitting plan when time does not matter, e.g. for the largest batch);
+    ``offload`` starts with every residual that may go to the host kept there.
     """
     L = fm.L
     budget = fm.hw.device_memory
     host_cap = fm.hw.host_memory - (2.0 * fm.a_max if use_nvme else 0.0)
-    st = fm.state(["device"] * (L + 1), [fm.res_ok[l] and full_start for l in range(L)], fm.K if full_start else 0)
+    keep0 = ["host" if offload and fm.off_ok[l] else fm.res_ok[l] and full_start for l in range(L)]
+    if fm.host_residual_bytes(keep0) > host_cap:
+        return None
+    st = fm.state(["device"] * (L + 1), keep0, fm.K if full_start else 0)
     for _ in range(4 * L + 16):
         peak = fm.peak_of(st)
         if peak <= budget:
@@ -511,7 +555,7 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False)
                     freed = fm.A[i]  # the first recompute segment pays its working set once
                 scored.append((-freed if memory_first else max(total - t_cur, 0.0) / freed, "tier", i, t))
         for l in range(L):
-            if st["keep"][l]:
+            if st["keep"][l] is True:
                 total, new_peak = fm.try_res(st, l)
                 scored.append((max(total - t_cur, 0.0) / max(peak - new_peak, 1.0), "res", l, None))
         if st["k"] > 0:
@@ -538,7 +582,8 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False)
                 keep[i] = False
                 need -= fm.R[i]
             else:
-                probe = dict(st, tiers=tiers, host=sum(a for a, x in zip(fm.A, tiers) if x == "host"),
+                probe = dict(st, tiers=tiers, host=sum(a for a, x in zip(fm.A, tiers) if x == "host")
+                             + fm.host_residual_bytes(keep),
                              nvme=sum(a for a, x in zip(fm.A, tiers) if x == "nvme"), num_nvme=tiers.count("nvme"))
                 if num_tier >= cap or not _tier_move_ok(fm, probe, i, t, host_cap):
                     continue
@@ -601,10 +646,16 @@ def _local_search(fm, sol, evals):
                         st = _apply_tier(fm, st, i, t)
                         moved = True
         for l in range(L):
-            if st["keep"][l] or fm.res_ok[l]:
+            if st["keep"][l] != "host" and (st["keep"][l] or fm.res_ok[l]):
                 total, peak = fm.try_res(st, l)
                 if peak <= budget and better(total):
                     st, moved = _toggle_residuals(fm, st, l), True
+            for other in _host_residual_moves(fm, st, l):
+                if evals.spend():
+                    if fm.peak_of(other) <= budget and fm.host_bytes(other["tiers"], other["keep"]) <= \
+                            fm.hw.host_memory and better(other["total"]):
+                        st, moved = other, True
+                        break
         for kk in (st["k"] - 1, st["k"] + 1):
             if 0 <= kk <= fm.K:
                 other = fm.state(st["tiers"], st["keep"], kk)
@@ -631,7 +682,7 @@ def _local_search(fm, sol, evals):
                         break
                 if not moved:
                     for l in range(L):
-                        if mid["keep"][l] or fm.res_ok[l]:
+                        if mid["keep"][l] != "host" and (mid["keep"][l] or fm.res_ok[l]):
                             total, peak = fm.try_res(mid, l)
                             if peak <= budget and better(total):
                                 st, moved = _toggle_residuals(fm, mid, l), True

@@ -167,11 +167,15 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
                 marks[("weights", seq[j].name)] = s0
             elif kind == "boundary":
                 marks[("upload", ref)] = s0
+            elif kind == "res_fetch":
+                marks[("res_upload", ref)] = s0
         for (kind, j, ref), s1 in done.items():
             if kind == "grads":
                 marks[("grads", seq[j].name)] = s1
             elif kind == "offload":
                 marks[("offload", ref)] = s1
+            elif kind == "res_offload":
+                marks[("res_offload", ref)] = s1
         for ch in chans.values():
             ch.first_start = {}
         stalls = stall
@@ -201,6 +205,7 @@ def device_memory_curve(plan, hardware, marks) -> tuple[tuple[tuple[float, float
     t_begin, t_end = item["P0"][0], item["BE"][1]
     add(t_begin, t_end, hardware.device_margin)
     resident_from = L - plan.resident_tail
+    offloaded = memory.offloaded_residuals(plan)
     for (kind, name), t0 in marks.items():
         if kind == "weights" and name != "FH":  # the head's weights are in its working set
             nbytes = next(it.weight_bytes for it in _items(plan) if it.name == name)
@@ -223,7 +228,11 @@ def device_memory_curve(plan, hardware, marks) -> tuple[tuple[tuple[float, float
                 add(marks.get(("upload", i), item[last_use][0]), item[last_use][1], a[i])
     for l in range(L):
         b0, b1 = item[f"B{l}"]
-        if plan.keep_residuals[l]:
+        if plan.keep_residuals[l] and offloaded[l]:  # on device until copied down, and from its fetch
+            f1 = item[f"F{l}"][1]
+            add(f1, max(f1, marks.get(("res_offload", l), f1)), costs.residual_bytes[l])
+            add(marks.get(("res_upload", l), b0), b1, costs.residual_bytes[l])
+        elif plan.keep_residuals[l]:
             add(item[f"F{l}"][1], b1, costs.residual_bytes[l])
         add(b0, b1, costs.workspace_bytes[l] + 2 * a[l + 1])
         add(b1, marks.get(("grads", f"B{l}"), b1), costs.grad_bytes[l + 1])

@@ -18,6 +18,9 @@ j, d = ``weight_prefetch_depth`` and a = ``act_prefetch_depth``:
   base is ``read`` from NVMe in window j − 2 and uploaded in window j − 1 (no look-ahead);
 - ``grads`` item j produced and the ``offload`` of the boundary it produced (host/NVMe tier): D2H,
   window j + 1; an NVMe boundary is ``write``-n from its host staging buffer in window j + 2;
+- residuals of a layer l kept on the host (``Plan.offload_residuals``): ``res_offload`` D2H in
+  window j + 1 after its forward item j; ``res_fetch`` H2D before its backward item j',
+  windows max(j' − a, j + 2) .. j' − 1 (like a host boundary's fetch, never before the copy down);
 - ``update`` of the unit a forward item j uses (pipelined optimizer): the host optimizer, from the
   step's start (one chain in unit order, the previous backward's global norm known) until window
   j − d − 1 (done before that unit's upload may begin); in serial mode every update is in P0.
@@ -41,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, segments
+from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, offloaded_residuals, segments
 
 CHANNELS = ("compute", "h2d", "d2h", "nvme_read", "nvme_write", "optimizer")
 TRANSFER_CHANNELS = CHANNELS[1:]
@@ -65,15 +68,18 @@ class Item:
     produces: int | None = None     # boundary it produces in forward
     grad_bytes: float = 0.0         # gradients it sends to the host
     opt_unit: int | None = None     # unit whose update must precede its weight upload (forward)
+    residual_down: float = 0.0      # residual bytes it sends to the host (forward, offloaded residuals)
+    residual_in: float = 0.0        # residual bytes fetched back before it starts (backward)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Transfer:
     """One transfer of a step: ``amount`` on ``channel`` within windows ``release .. deadline``.
 
-    kind: weights | boundary | read | grads | offload | write | update; item: the position of the
-    item it serves (uploads, reads, updates) or that produced it (downloads, writes); ref: the unit
-    (weights, grads, update) or boundary (boundary, read, offload, write) it moves.
+    kind: weights | boundary | read | grads | offload | write | update | res_offload | res_fetch;
+    item: the position of the item it serves (uploads, reads, updates) or that produced it
+    (downloads, writes); ref: the unit (weights, grads, update), boundary (boundary, read, offload,
+    write) or layer (res_offload, res_fetch) it moves.
     """
 
     channel: str
@@ -141,6 +147,12 @@ def nvme_allowed(boundary: int, num_layers: int) -> bool:
     return 1 <= boundary <= num_layers - 3
 
 
+def residual_offload_allowed(layer: int, num_layers: int) -> bool:
+    """Residuals of layers 0..L-2 may go to the host (the last layer's backward item follows its
+    forward by two items: no window between the copy down and the fetch back)."""
+    return 0 <= layer <= num_layers - 2
+
+
 def tier_options(costs, hardware, boundary: int) -> tuple[str, ...]:
     """The tiers boundary ``boundary`` (1..L-1) may take within the budgets, on their own."""
     num_layers = costs.num_layers
@@ -169,11 +181,14 @@ def items(costs, plan) -> list[Item]:
     tiers = plan.boundary_tiers
     w, g, fwd = costs.weight_bytes, costs.grad_bytes, costs.fwd_time
     resident = [l >= num_layers - plan.resident_tail for l in range(num_layers)]
+    off = offloaded_residuals(plan)
+    r = costs.residual_bytes
     seq = [Item(name="P0", phase="tail"), Item(name="P1", phase="tail"),
            Item(name="FE", phase="forward", compute=fwd[0], weight_bytes=w[0], weight_unit=0, produces=0, opt_unit=0)]
     for l in range(num_layers):
         seq.append(Item(name=f"F{l}", phase="forward", layer=l, compute=fwd[l + 1], weight_bytes=w[l + 1],
-                        weight_unit=layer_unit(l), produces=l + 1, opt_unit=layer_unit(l)))
+                        weight_unit=layer_unit(l), produces=l + 1, opt_unit=layer_unit(l),
+                        residual_down=r[l] if off[l] else 0.0))
     seq.append(Item(name="FH", phase="head", compute=fwd[-1], weight_bytes=w[-1], weight_unit=num_layers + 1,
                     grad_bytes=g[-1], opt_unit=num_layers + 1))
     for s, e in reversed(segments(tiers)):
@@ -187,7 +202,8 @@ def items(costs, plan) -> list[Item]:
             grads = g[l + 1] + (g[0] if l == 0 else 0.0)
             seq.append(Item(name=f"B{l}", phase="backward", layer=l, compute=bwd,
                             weight_bytes=0.0 if resident[l] else w[l + 1], weight_unit=layer_unit(l),
-                            boundary_in=base if (l == s and e - s == 1) else None, grad_bytes=grads))
+                            boundary_in=base if (l == s and e - s == 1) else None, grad_bytes=grads,
+                            residual_in=r[l] if off[l] else 0.0))
     seq.append(Item(name="BE", phase="backward", compute=costs.bwd_time[0]))
     return seq
 
@@ -209,6 +225,7 @@ def transfers(costs, plan, seq: Sequence[Item] | None = None) -> list[Transfer]:
     a = costs.boundary_bytes
     d, da = plan.weight_prefetch_depth, plan.act_prefetch_depth
     n = len(seq)
+    forward_pos = {it.layer: j for j, it in enumerate(seq) if it.phase == "forward" and it.layer is not None}
     out = []
     for j, it in enumerate(seq):
         if it.weight_bytes and j >= 1:
@@ -224,6 +241,12 @@ def transfers(costs, plan, seq: Sequence[Item] | None = None) -> list[Transfer]:
             else:
                 out.append(Transfer(channel="h2d", kind="boundary", item=j, ref=b, amount=a[b],
                                     release=max(0, j - da), deadline=j - 1))
+        if it.residual_in:
+            out.append(Transfer(channel="h2d", kind="res_fetch", item=j, ref=it.layer, amount=it.residual_in,
+                                release=max(0, j - da, forward_pos[it.layer] + 2), deadline=j - 1))
+        if it.residual_down:
+            out.append(Transfer(channel="d2h", kind="res_offload", item=j, ref=it.layer, amount=it.residual_down,
+                                release=j + 1, deadline=j + 1))
         if it.grad_bytes and j + 1 < n:
             out.append(Transfer(channel="d2h", kind="grads", item=j, ref=it.weight_unit, amount=it.grad_bytes,
                                 release=j + 1, deadline=j + 1))

@@ -46,9 +46,12 @@ def _costs_for(config, num_micro_batches: int, stream_dtype: str, batch: int):
 
 
 def random_plan(rng: np.random.Generator, model, *, optimizer_mode: str | None = None,
-                stream_dtype: str = "float32", micro_batch: int | None = None) -> Plan:
-    """A uniformly random valid plan: tiers (NVMe where allowed), segments, residuals, resident
-    tail, prefetch depths 1-3, 1/2/4 micro-batches, optimizer mode."""
+                stream_dtype: str = "float32", micro_batch: int | None = None,
+                offload_rng: np.random.Generator | None = None) -> Plan:
+    """A uniformly random valid plan: tiers (NVMe where allowed), segments, residuals (recomputed,
+    kept on device or on the host), resident tail, prefetch depths 1-3, 1/2/4 micro-batches,
+    optimizer mode. ``offload_rng`` (default ``rng``) draws which kept residuals go to the host: a
+    stream of its own leaves the other decisions what they were before residual offload existed."""
     L = model.config.num_layers
     tiers = ["device"]
     for i in range(1, L):
@@ -58,11 +61,14 @@ def random_plan(rng: np.random.Generator, model, *, optimizer_mode: str | None =
     M = int(rng.choice([1, 2, 4]))
     mode = optimizer_mode or str(rng.choice(["pipelined", "serial"]))
     batch = BATCH if micro_batch is None else micro_batch * M
+    keep = [bool(x) for x in rng.integers(0, 2, L)]
+    tail, dw, da = int(rng.integers(0, L + 1)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    # residuals kept on the host: about half the kept ones where allowed (layers 0..L-2)
+    draws = (rng if offload_rng is None else offload_rng).integers(0, 2, L)
+    offload = [k and l <= L - 2 and bool(x) for l, (k, x) in enumerate(zip(keep, draws))]
     return Plan.create(costs_for(model, M, stream_dtype, batch), HARDWARE, name="random", boundary_tiers=tiers,
-                       keep_residuals=[bool(x) for x in rng.integers(0, 2, L)],
-                       resident_tail=int(rng.integers(0, L + 1)),
-                       weight_prefetch_depth=int(rng.integers(1, 4)), act_prefetch_depth=int(rng.integers(1, 4)),
-                       optimizer_mode=mode)
+                       keep_residuals=keep, offload_residuals=offload, resident_tail=tail,
+                       weight_prefetch_depth=dw, act_prefetch_depth=da, optimizer_mode=mode)
 
 
 def rel_err(ref_tree, got_tree) -> float:

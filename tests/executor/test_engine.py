@@ -213,7 +213,8 @@ DP_SCRIPT = textwrap.dedent("""
     model = tiny_model("qwen3")
     plan = Plan.create(costs_for(model, 2, "float32", 4), HARDWARE, name="dp",
                        boundary_tiers=["device", "host", "drop", "nvme", "drop", "device", "device"],
-                       keep_residuals=[True, False] * 3, resident_tail=1, optimizer_mode="pipelined")
+                       keep_residuals=[True, False] * 3, offload_residuals=[True, False, True, False, False, False],
+                       resident_tail=1, optimizer_mode="pipelined")
     batch = tiny_batch(model, 0, batch=4)
     tx = lt.optim.adamw_8bit(learning_rate=1e-3, eps=1e-3, state_format="fp32", max_grad_norm=1.0)
     out = {{}}

@@ -113,22 +113,24 @@ def check_plan(family, plan, *, steps: bool, opt_kind: str):
 
 
 def plans_for(family, seed, n, micro_batch=None, mode=None):
-    rng = np.random.default_rng(seed)
+    rng, offload_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     model = tiny_model(family)
     out = []
     for _ in range(n):
-        plan = random_plan(rng, model, optimizer_mode=mode, micro_batch=micro_batch)
+        plan = random_plan(rng, model, optimizer_mode=mode, micro_batch=micro_batch, offload_rng=offload_rng)
         out.append(plan)
     return out
 
 
 @pytest.mark.parametrize("family", ["qwen3"])
 def test_random_plans_loss_and_grads_fixed_micro_batch(family):
-    """16 random plans (tiers incl. NVMe, segments, residuals, tails, depths 1-3, 1/2/4 micro-batches
-    of 2 rows): streamed loss and gradients equal the resident ones within 1e-5."""
+    """16 random plans (tiers incl. NVMe, segments, residuals on device and on the host, tails,
+    depths 1-3, 1/2/4 micro-batches of 2 rows): streamed loss and gradients equal the resident ones
+    within 1e-5."""
     plans = plans_for(family, 1, 16, micro_batch=2)
     assert {p.num_micro_batches for p in plans} == {1, 2, 4}
     assert any("nvme" in p.boundary_tiers for p in plans) and any("host" in p.boundary_tiers for p in plans)
+    assert sum(any(p.offload_residuals) for p in plans) >= 3
     for plan in plans:
         check_plan(family, plan, steps=False, opt_kind="adamw_8bit")
 
@@ -151,10 +153,10 @@ def test_three_steps_equal_resident(mode, opt_kind):
 def test_random_plans_full(family):
     """>= 200 plans in all (70 per family), batch 4 with 1, 2 or 4 micro-batches, both optimizer
     modes; loss, gradients and 3-step params against the resident path."""
-    rng = np.random.default_rng(100)
+    rng, offload_rng = np.random.default_rng(100), np.random.default_rng([100, 1])
     model = tiny_model(family)
     for i in range(70):
-        plan = random_plan(rng, model)
+        plan = random_plan(rng, model, offload_rng=offload_rng)
         kinds = ["adamw_8bit", "adamw_8bit_fp32_state"] + (["optax"] if plan.optimizer_mode == "serial" else [])
         opt_kind = kinds[i % len(kinds)]
         check_plan(family, plan, steps=True, opt_kind=opt_kind)

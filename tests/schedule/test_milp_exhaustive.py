@@ -1,5 +1,6 @@
 """The MILP's plan equals the best plan found by enumerating the whole decision space: tiers,
-segments, residuals, resident tail and both prefetch depths (1 or 2)."""
+segments, residuals (recomputed, kept on device or kept on the host), resident tail and both
+prefetch depths (1 or 2)."""
 
 import itertools
 import types
@@ -32,9 +33,22 @@ def tier_options(costs, hw):
     return options
 
 
-def enumerate_best(costs, hw, max_segment_length, max_resident_tail):
+def residual_options(costs, hw):
+    """Per layer: recompute, keep on device, keep on the host (layers 0..L-2, within the host
+    memory on its own); (keep_residuals, offload_residuals) pairs."""
     L = costs.num_layers
-    best = float("inf")
+    out = []
+    for l in range(L):
+        opts = [(False, False), (True, False)]
+        if l <= L - 2 and costs.residual_bytes[l] <= hw.host_memory:
+            opts.append((True, True))
+        out.append(opts)
+    return out
+
+
+def enumerate_best(costs, hw, max_segment_length, max_resident_tail, with_plan=False):
+    L = costs.num_layers
+    best, best_plan = float("inf"), None
     options = tier_options(costs, hw)
     for inner in itertools.product(*options):
         tiers = ("device",) + inner + ("device",)
@@ -44,14 +58,22 @@ def enumerate_best(costs, hw, max_segment_length, max_resident_tail):
                                       weight_prefetch_depth=1, act_prefetch_depth=1, optimizer_mode="pipelined")
         if memory.host_peak_bytes(costs, probe) > hw.host_memory or memory.nvme_peak_bytes(costs, probe) > hw.nvme_memory:
             continue
-        for keep in itertools.product((False, True), repeat=L):
+        for choice in itertools.product(*residual_options(costs, hw)):
+            keep, offload = tuple(c[0] for c in choice), tuple(c[1] for c in choice)
+            if any(offload):
+                p = types.SimpleNamespace(boundary_tiers=tiers, keep_residuals=keep, offload_residuals=offload)
+                if memory.host_peak_bytes(costs, p) > hw.host_memory:
+                    continue
             for k, (dw, da) in itertools.product(range(0, min(L, max_resident_tail) + 1), DEPTHS):
-                p = types.SimpleNamespace(boundary_tiers=tiers, keep_residuals=keep, resident_tail=k,
-                                          weight_prefetch_depth=dw, act_prefetch_depth=da, optimizer_mode="pipelined")
+                p = types.SimpleNamespace(boundary_tiers=tiers, keep_residuals=keep, offload_residuals=offload,
+                                          resident_tail=k, weight_prefetch_depth=dw, act_prefetch_depth=da,
+                                          optimizer_mode="pipelined")
                 if memory.device_peak_bytes(costs, hw, p) > hw.device_memory:
                     continue
-                best = min(best, timing.step_time(costs, hw, p))
-    return best
+                t = timing.step_time(costs, hw, p)
+                if t < best:
+                    best, best_plan = t, p
+    return (best, best_plan) if with_plan else best
 
 
 def enumerate_best_by_layer_gains(costs, hw, max_segment_length, max_resident_tail):
@@ -170,15 +192,16 @@ def test_milp_matches_enumeration_eight_layers(seed):
     assert abs(solved.predicted_step_time_s - expected) <= 1e-6
 
 
-# 7 layers in the default run, 8 marked slow: the per-layer-gain enumerator (residuals allowed,
-# tail <= 2; the 7-layer optimum uses weight prefetch depth 2 and a resident tail).
+# 7 layers in the default run, 8 marked slow: the per-layer-gain enumerator (residuals allowed on
+# device only: the MILP without residual offload; tail <= 2; the 7-layer optimum uses weight
+# prefetch depth 2 and a resident tail). Host residuals are not additive (a shared working set).
 @pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw,tail", [
     (7, 20, 5, 4, 6, 12, 2), pytest.param(8, 21, 5, 4, 6, 12, 2, marks=pytest.mark.slow)])
 def test_milp_matches_enumeration_seven_eight_layers(num_layers, seed, dev, host, nvme, bw, tail):
     costs = instance(num_layers, seed)
     hw = hardware_for(costs, dev, host, nvme, bw)
     expected = enumerate_best_by_layer_gains(costs, hw, max_segment_length=4, max_resident_tail=tail)
-    solved = milp.solve(costs, hw, max_segment_length=4, max_resident_tail=tail, rel_gap=0.0)
+    solved = milp.solve(costs, hw, max_segment_length=4, max_resident_tail=tail, rel_gap=0.0, residual_offload=False)
     assert expected < float("inf"), "instance should be feasible"
     assert abs(solved.predicted_step_time_s - expected) <= 1e-6
     assert solved.predicted_peak_device_bytes <= hw.device_memory
@@ -188,3 +211,20 @@ def test_layer_gain_enumerator_equals_plain_enumerator():
     costs = instance(5, 2)
     hw = hardware_for(costs, 3, 3, 5, 12)
     assert abs(enumerate_best_by_layer_gains(costs, hw, 4, 5) - enumerate_best(costs, hw, 4, 5)) <= 1e-9
+
+
+# instances where the best plan keeps residuals on the host (fast links, a tight device)
+@pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", [
+    (5, 9, 9, 20, 0, 60), pytest.param(6, 10, 8, 20, 0, 50, marks=pytest.mark.slow)])
+def test_milp_matches_enumeration_where_residuals_go_to_the_host(num_layers, seed, dev, host, nvme, bw):
+    costs = instance(num_layers, seed)
+    hw = hardware_for(costs, dev, host, nvme, bw)
+    expected, best = enumerate_best(costs, hw, max_segment_length=4, max_resident_tail=num_layers, with_plan=True)
+    assert any(best.offload_residuals), "the instance should need residual offload"
+    solved = milp.solve(costs, hw, max_segment_length=4, max_resident_tail=num_layers, rel_gap=0.0)
+    assert abs(solved.predicted_step_time_s - expected) <= 1e-6
+    assert any(solved.offload_residuals) and solved.fits()
+    without = milp.solve(costs, hw, max_segment_length=4, max_resident_tail=num_layers, rel_gap=0.0,
+                         residual_offload=False)
+    assert not any(without.offload_residuals)
+    assert without.predicted_step_time_s > solved.predicted_step_time_s + 1e-6

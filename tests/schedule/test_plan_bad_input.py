@@ -162,6 +162,8 @@ def changed(d, path, value=None, delete=False):
     (("keep_residuals",), 3, False, r"Plan.keep_residuals=3 must be a list of true/false"),
     (("keep_residuals",), [0, 1, 0, 1], False, r"Plan.keep_residuals=\[0, 1, 0, 1\] must be a list of true/false"),
     (("boundary_tiers",), "device", False, r"Plan.boundary_tiers='device' must be a list of strings"),
+    (("offload_residuals",), [1, 0, 0, 0], False, r"Plan.offload_residuals=\[1, 0, 0, 0\] must be a list of true/false"),
+    (("offload_residuals",), [True, False], False, r"Plan.offload_residuals has 2 entries; expected 4"),
     (("resident_tail",), "2", False, r"Plan.resident_tail='2' must be an integer"),
     (("predicted_step_time_s",), "fast", False, r"Plan.predicted_step_time_s='fast' must be a finite number"),
     (("gap",), "small", False, r"Plan.gap='small' must be a finite number or null"),
@@ -194,3 +196,23 @@ def test_plan_from_json_accepts_what_plan_accepts():
     with pytest.raises(ValueError, match="a Plan must be a JSON object; got list"):
         Plan.from_json("[]")
     assert dataclasses.replace(plan) == Plan.from_dict(json.loads(text))
+
+
+def test_plan_json_without_offload_residuals_loads_with_no_offload(plan_dict):
+    """Plans written before ``offload_residuals`` existed load unchanged: no residual on the host."""
+    old = changed(plan_dict, ("offload_residuals",), delete=True)
+    plan = Plan.from_dict(old)
+    assert plan.offload_residuals == (False,) * plan.num_layers
+    assert plan == Plan.from_dict(plan_dict) and plan.to_dict()["offload_residuals"] == [False] * plan.num_layers
+
+
+def test_offload_residuals_needs_kept_residuals_and_a_layer_below_the_last(plan_dict):
+    L = len(plan_dict["keep_residuals"])
+    keep = [True] * L
+    with pytest.raises(ValueError, match=r"Plan.offload_residuals\[0\]=True needs Plan.keep_residuals\[0\]=True"):
+        Plan.from_dict({**plan_dict, "keep_residuals": [False] * L, "offload_residuals": [True] + [False] * (L - 1)})
+    with pytest.raises(ValueError, match=rf"Plan.offload_residuals\[{L - 1}\]=True is not allowed; residual offload "
+                                         rf"is for layers 0..{L - 2}"):
+        Plan.from_dict({**plan_dict, "keep_residuals": keep, "offload_residuals": [False] * (L - 1) + [True]})
+    ok = Plan.from_dict({**plan_dict, "keep_residuals": keep, "offload_residuals": [True] * (L - 1) + [False]})
+    assert Plan.from_json(ok.to_json()) == ok

@@ -12,8 +12,10 @@ from lazytrain_jax.schedule.hardware import Hardware
 
 
 def _probe(tiers, keep, k):
-    return types.SimpleNamespace(boundary_tiers=tiers, keep_residuals=keep, resident_tail=k, weight_prefetch_depth=1,
-                                 act_prefetch_depth=1, optimizer_mode="pipelined")
+    """The plan fields of the search's (tiers, keep, k); keep[l] == "host": residuals on the host."""
+    return types.SimpleNamespace(boundary_tiers=tiers, keep_residuals=[bool(kp) for kp in keep],
+                                 offload_residuals=[kp == "host" for kp in keep], resident_tail=k,
+                                 weight_prefetch_depth=1, act_prefetch_depth=1, optimizer_mode="pipelined")
 
 
 @pytest.mark.parametrize("num_layers,shared", [(4, False), (9, False), (24, False), (4, True), (9, True)])
@@ -29,6 +31,7 @@ def test_incremental_models_equal_timing_and_memory(num_layers, shared):
         tiers = ["device"] + [rng.choice(["device", "host", "drop"] + (["nvme"] if i <= L - 3 else []))
                               for i in range(1, L)] + ["device"]
         keep = [rng.random() < 0.3 for _ in range(L)]
+        keep = [("host" if kp and l <= L - 2 and rng.random() < 0.5 else kp) for l, kp in enumerate(keep)]
         k = rng.randint(0, L)
         st = fm.state(tiers, keep, k)
         assert st["total"] == pytest.approx(timing.step_time(costs, hw, _probe(tiers, keep, k)), rel=1e-12)
@@ -39,7 +42,7 @@ def test_incremental_models_equal_timing_and_memory(num_layers, shared):
         total, peak = fm.try_tier(st, i, t)
         assert total == pytest.approx(timing.step_time(costs, hw, _probe(moved, keep, k)), rel=1e-12)
         assert peak == pytest.approx(memory.device_peak_bytes(costs, hw, _probe(moved, keep, k)), rel=1e-12)
-        l = rng.randrange(L)
+        l = rng.choice([l for l in range(L) if keep[l] != "host"])
         toggled = keep[:l] + [not keep[l]] + keep[l + 1:]
         total, peak = fm.try_res(st, l)
         assert total == pytest.approx(timing.step_time(costs, hw, _probe(tiers, toggled, k)), rel=1e-12)

@@ -33,8 +33,10 @@ def random_plan(rng, costs, hw, max_depth=3, modes=("pipelined", "serial")):
     L = costs.num_layers
     tiers = ["device"] + [rng.choice(["device", "host", "drop"] + (["nvme"] if steps.nvme_allowed(i, L) else []))
                           for i in range(1, L)] + ["device"]
+    keep = [rng.random() < 0.5 for _ in range(L)]
+    offload = [k and steps.residual_offload_allowed(l, L) and rng.random() < 0.5 for l, k in enumerate(keep)]
     return Plan.create(costs, hw, name="random", boundary_tiers=tiers,
-                       keep_residuals=[rng.random() < 0.5 for _ in range(L)], resident_tail=rng.randint(0, L),
+                       keep_residuals=keep, offload_residuals=offload, resident_tail=rng.randint(0, L),
                        weight_prefetch_depth=rng.randint(1, max_depth), act_prefetch_depth=rng.randint(1, max_depth),
                        optimizer_mode=rng.choice(modes))
 
@@ -92,9 +94,9 @@ def test_simulator_equals_timing_on_random_plans_with_shared_cores():
         sim = simulate(p, num_steps=2)
         assert abs(sim.step_time_s - p.predicted_step_time_s) <= 1e-9 * p.predicted_step_time_s, p
         separate = Plan.create(costs, hw.replace(host_shares_device=False), name="x", boundary_tiers=p.boundary_tiers,
-                               keep_residuals=p.keep_residuals, resident_tail=p.resident_tail,
-                               weight_prefetch_depth=p.weight_prefetch_depth, act_prefetch_depth=p.act_prefetch_depth,
-                               optimizer_mode=p.optimizer_mode)
+                               keep_residuals=p.keep_residuals, offload_residuals=p.offload_residuals,
+                               resident_tail=p.resident_tail, weight_prefetch_depth=p.weight_prefetch_depth,
+                               act_prefetch_depth=p.act_prefetch_depth, optimizer_mode=p.optimizer_mode)
         assert p.predicted_step_time_s >= separate.predicted_step_time_s * (1 - 1e-12)
 
 
