@@ -35,8 +35,10 @@ def optimizer(kind: str):
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(LR, eps=EPS, weight_decay=0.01))
 
 
-def per_unit_update(tx, params, grads, state, global_norm):
-    """lt.optim's layer-by-layer host update of the whole model (embed, layers, head)."""
+def per_unit_update(tx, params, grads, state, global_norm, copy_dtype=jnp.float32):
+    """lt.optim's layer-by-layer host update of the whole model (embed, layers, head), with the
+    engine's streaming dtype as the copy (it decides the implementation: the native kernel writes
+    bf16 copies only, so an fp32-streaming engine runs the XLA update, and so must this)."""
     cfg = lt.optim.hyperparams_of(tx)
     info, count, skipped = lt.optim.begin_step(state.count, state.num_skipped, jnp.float32(global_norm),
                                                cfg.max_grad_norm)
@@ -48,7 +50,8 @@ def per_unit_update(tx, params, grads, state, global_norm):
         sub_g = grads[path[0]] if len(path) == 1 else grads["layers"][path[1]]
         moments = lt.optim.layer_moments(state, *path)
         new_p, _, moments = lt.optim.fused_layer_step(sub_p, jax.tree.map(jnp.asarray, sub_g), moments, info, hp,
-                                                      block_size=cfg.block_size, impl=cfg.impl)
+                                                      block_size=cfg.block_size, impl=cfg.impl,
+                                                      copy_dtype=copy_dtype)
         if len(path) == 1:
             params[path[0]] = new_p
         else:
