@@ -131,7 +131,6 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
     step_starts, stalls = [], 0.0
     t = 0.0
     compute_free = 0.0
-    n = len(seq)
     released: dict[int, list] = {}
     due_keys: dict[int, list] = {}
     for mv in moves:

@@ -5,7 +5,6 @@ import sys
 
 import pytest
 
-import lazytrain_jax as lt
 from lazytrain_jax.model.config import PRESETS, ModelConfig, get_preset
 
 torch = pytest.importorskip("torch")
