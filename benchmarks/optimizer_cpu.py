@@ -3,8 +3,8 @@
 One update = global-norm clip (1.0) + AdamW + fp32 master update + bf16 streaming copy, over a
 params set of N parameters (1024 x 1024 fp32 matrices), every method in one run of this script.
 Our rows: ``optax transform`` = ``adamw_8bit`` inside a jitted, donated train-step tail (global
-norm computed inside; ``impl='auto'``, the default: the native kernel on this CPU, and
-``impl='xla'``: the fused XLA update); ``fused_layer_step`` = the host executor's path (norm computed by a
+norm computed inside; ``impl='auto'``, the default, which is the fused XLA update there, and
+``impl='native'``: the C++ kernel returning the update); ``fused_layer_step`` = the host executor's path (norm computed by a
 separate jitted call, then ``begin_step`` + ``fused_layer_step`` on the whole params tree);
 ``norm given`` = the same with the norm already known (the executor sums squares per layer
 during backward, so on the host the norm is free).
@@ -56,7 +56,7 @@ MAT = 1024  # every tensor is MAT x MAT (block sizes divide it)
 OPTAX = "optax adamw + clip_by_global_norm (fp32)"
 DEEPSPEED = "DeepSpeedCPUAdam + clip_grad_norm_ (fp32)"
 NATIVE = "adamw_8bit dynamic8: fused, impl='native', norm given"
-TRANSFORM = "adamw_8bit dynamic8: optax transform (impl='auto': native)"
+TRANSFORM = "adamw_8bit dynamic8: optax transform, impl='native'"
 # minimum bytes per parameter of one update (see the module docstring)
 LIMIT_FP32 = 4 + 16 + 12 + 2
 LIMIT_8BIT = 4 + 1 + 1 + 4 + 1 + 1 + 4 + 2
@@ -162,11 +162,11 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
         tx = optim.adamw_8bit(1e-3, weight_decay=0.01, max_grad_norm=1.0, state_format=fmt)
         bpp = optim.state_bytes_per_param(grads, state_format=fmt)["bytes_per_param"]
         if not fused_only:
+            methods[f"adamw_8bit {fmt}: optax transform (impl='auto' = 'xla')"] = (*make(tx), bpp)
             if fmt == "dynamic8" and native.available():
-                methods[TRANSFORM] = (*make(tx), bpp)
-            tx_xla = optim.adamw_8bit(1e-3, weight_decay=0.01, max_grad_norm=1.0,
-                                      state_format=fmt, impl="xla")
-            methods[f"adamw_8bit {fmt}: optax transform, impl='xla'"] = (*make(tx_xla), bpp)
+                tx_native = optim.adamw_8bit(1e-3, weight_decay=0.01, max_grad_norm=1.0,
+                                             state_format=fmt, impl="native")
+                methods[TRANSFORM] = (*make(tx_native), bpp)
             methods[f"adamw_8bit {fmt}: fused_layer_step"] = (*make_fused(tx, False), bpp)
         if fmt != "fp32":
             methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (

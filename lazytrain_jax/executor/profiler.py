@@ -112,11 +112,16 @@ def _measure_head(cfg, micro: int, seq_len: int, dtype, device, repeats: int) ->
     return median_seconds(lambda: fn(params, tied, h, labels, np.float32(1.0)), repeats)
 
 
-def _measure_link(device, host, nbytes: int, repeats: int) -> tuple[float, float]:
+def _measure_link(device, host, probe, repeats: int) -> tuple[float, float]:
+    """H2D and D2H bytes/s of ``probe``: a byte count (one flat array) or a tree of arrays, copied
+    whole between ``host`` and ``device`` as the engine moves a unit's weights or gradients."""
     from jax.sharding import SingleDeviceSharding
     device = SingleDeviceSharding(device)
-    x = jax.device_put(np.ones(nbytes // 4, np.float32), host)
+    if isinstance(probe, int):
+        probe = np.ones(probe // 4, np.float32)
+    x = jax.device_put(probe, host)
     d = jax.device_put(x, device)
+    nbytes = sum(a.nbytes for a in jax.tree.leaves(x))
     h2d = median_seconds(lambda: jax.device_put(x, device), repeats)
     d2h = median_seconds(lambda: jax.device_put(d, host), repeats)
     return nbytes / h2d, nbytes / d2h
@@ -171,7 +176,7 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int) -> f
 
 def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches: int = 1,
             stream_dtype: str = "bfloat16", offload_dir: str | None = None, device_memory: float | None = None,
-            repeats: int = 3, link_bytes: int = 64 << 20, disk_bytes: int = 64 << 20, cached: bool = True,
+            repeats: int = 3, link_bytes: int | None = None, disk_bytes: int = 64 << 20, cached: bool = True,
             host_memory: float | None = None, nvme_memory: float | None = None):
     """Measures this machine at the run's shapes: ``(Costs, Hardware)`` for the planner.
 
@@ -179,8 +184,9 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
     micro-batch, times all micro-batches); the head's forward+backward; H2D/D2H bandwidth between
     the host store's memory kind and the device; NVMe read/write bandwidth in ``offload_dir``; the
     host optimizer's parameters per second. Cached per (model shape, shapes, dtype, backend). On
-    the CPU backend the Hardware says ``host_shares_device``: the host optimizer and the "device"
-    compute run on the same cores, so the step model adds their times instead of overlapping them.
+    the CPU backend the Hardware says ``host_shares_device``: the host optimizer, the copies and the
+    "device" compute run on the same cores, so the step model adds their times instead of
+    overlapping them.
 
     Args:
       model_or_config: a Model or ModelConfig.
@@ -189,6 +195,10 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
       device_memory: the device budget for the Hardware (default: the accelerator's reported
         limit; required on the CPU backend, where device and host share one memory).
       cached: reuse an earlier measurement of the same key; False measures again (and caches that).
+      link_bytes: the H2D/D2H probe: None (default) copies the largest layer's weights, array by
+        array in ``stream_dtype``, as the engine streams them (one large flat array can move at a
+        different rate: on the CPU backend a fresh 64 MB buffer paid its page faults, 1.3 GB/s
+        against 8-10 GB/s for a layer's arrays); an int copies one flat array of that many bytes.
       host_memory: host bytes for offloaded activations (default: ``schedule.host.activation_budget``,
         80 % of the RAM available now less this model's host store).
       nvme_memory: bytes for the NVMe tier (default: 90 % of the free space in ``offload_dir``, or
@@ -226,6 +236,9 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
         from jax.sharding import SingleDeviceSharding
         host = SingleDeviceSharding(jax.devices("cpu")[0], memory_kind="pinned_host") if device.platform == "cpu" \
             else SingleDeviceSharding(jax.devices("cpu")[0])
+        if link_bytes is None:  # the largest layer's weights, leaf by leaf as the engine streams them
+            kind = max(sorted(set(cfg.layer_kinds)), key=cfg.layer_num_params)
+            link_bytes = jax.tree.map(lambda a: np.full(a.shape, 0.01, dtype), get_units(cfg).abstract_params(kind))
         h2d, d2h = _measure_link(device, host, link_bytes, repeats)
         nvme_read, nvme_write = _measure_disk(offload_dir, disk_bytes)
         opt_rate = _measure_host_optimizer(cfg, host, stream_dtype, repeats)

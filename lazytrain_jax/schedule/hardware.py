@@ -61,8 +61,9 @@ class Hardware:
         ``device_flops`` (the rate of a call of t tokens is ``device_flops * t / (t + this)``).
       device_margin: bytes always reserved on the device (allocator, runtime, fragmentation).
       host_shares_device: the device computes on the host's own cores (JAX's CPU backend): the host
-        optimizer then takes its time from the compute instead of running beside it, so in a
-        window compute and optimizer seconds add (``schedule.steps``). False for an accelerator.
+        optimizer and the "transfers" (memory copies) then take their time from the compute instead
+        of running beside it, so a window lasts the sum of its loads (``schedule.steps``). False
+        for an accelerator.
 
     Example:
       >>> hw = Hardware.preset("h800", h2d_bw=12e9, d2h_bw=12e9)

@@ -349,11 +349,19 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         w = win[name]
         up = xs([w["up_w"], w["up_a"], w["up_fixed"]] + [-p for p in w["pre_out"]] + w["pre_in"]) \
             if (w["pre_out"] or w["pre_in"]) else w["up_w"] + w["up_a"] + w["up_fixed"]
-        # where the device computes on the host's cores, the optimizer's seconds add to the compute's
-        optim = w["compute"] + w["optim"] if hardware.host_shares_device else w["optim"]
-        loads = [(w["compute"], 1.0), (up, h2d), (w["down"], d2h), (w["read"], nr), (w["write"], nw), (optim, 1.0)]
+        loads = [(w["compute"], 1.0), (up, h2d), (w["down"], d2h), (w["read"], nr), (w["write"], nw),
+                 (w["optim"], 1.0)]
         variable = [(ld, rate) for ld, rate in loads if not isinstance(ld, (int, float))]
         consts = [ld / rate for ld, rate in loads if isinstance(ld, (int, float))]
+        if hardware.host_shares_device:
+            # every channel on the compute's cores: the window lasts the sum of its loads (steps.py)
+            if not variable:
+                objective_const += sum(consts)
+                continue
+            t = m.add_var(lb=sum(consts))
+            m.add_constr(t >= sum(consts) + xs(ld * (1.0 / rate) for ld, rate in variable))
+            T.append(t)
+            continue
         if not variable:
             objective_const += max(consts)
             continue

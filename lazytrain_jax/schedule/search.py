@@ -72,9 +72,8 @@ class FastModel:
         for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
             due[max(0, j - 2)] += self.opt[unit]
         self.opt_due = [sum(due[:k + 1]) for k in range(self.F)]
-        # where the device computes on the host's cores the optimizer runs only while nothing computes
-        self.opt_blocked = ([item[0] for item in self.forward_items()] if hardware.host_shares_device
-                            else [0.0] * self.F)
+        # where the device computes on the host's cores every load of a window runs in turn (steps.py)
+        self.shared = hardware.host_shares_device
 
     # ---- the item sequence and its windows (same as timing.items / timing.windows) --------------
 
@@ -127,18 +126,20 @@ class FastModel:
             p = seq[k_ - 2][3]
             if p is not None and tiers[p] == "nvme":
                 write = A[p]
+        if self.shared:
+            return c + up / self.h2d + down / self.d2h + read / self.nr + write / self.nw
         return max(c, up / self.h2d, down / self.d2h, read / self.nr, write / self.nw)
 
     def forward_total(self, base) -> float:
         """Σ of the forward windows 0..F-1 given their lengths without the optimizer: the host
         optimizer is one chain from the step's start, each update due two windows before its unit's
         item (the step model's fluid schedule). Where the host's cores compute
-        (``Hardware.host_shares_device``) the optimizer works only in the part of a window the
-        compute leaves idle."""
+        (``Hardware.host_shares_device``) the optimizer adds its seconds due to the window's other
+        loads and never works ahead."""
         done = total = 0.0
         end = self.opt_due[-1]
         for k in range(self.F):
-            busy = self.opt_blocked[k]
+            busy = base[k] if self.shared else 0.0
             t = max(base[k], busy + self.opt_due[k] - done)
             done = min(end, done + t - busy)
             total += t

@@ -10,8 +10,10 @@ window formula:
 - an item computes after the previous item and after every transfer due in the previous window
   (its deadline) finished: the executor's bounded in-flight traffic;
 - the host optimizer updates unit by unit as one chain from the step's start, each update due
-  before its unit's upload may begin (pipelined), or all in P0 (serial); where the device computes
-  on the host's cores (``Hardware.host_shares_device``) it runs only while no item computes.
+  before its unit's upload may begin (pipelined), or all in P0 (serial);
+- where the device computes on the host's cores (``Hardware.host_shares_device``) everything runs
+  on those cores one piece at a time: each item computes, then the transfers and updates due in its
+  window run in deadline order, nothing ahead (``steps``: a window lasts the sum of its loads).
 
 Device memory over time is accounted per allocation (weights from upload start to the end of
 their last use, boundaries from production to their last use or the end of their offload,
@@ -137,6 +139,8 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
         released.setdefault(mv.release, []).append(mv)
         due_keys.setdefault(mv.deadline, []).append((mv.kind, mv.item, mv.ref))
     marks = {}
+    if hw.host_shares_device:
+        return _simulate_shared(plan, hw, seq, moves, rate, num_steps)
     for step in range(num_steps):
         step_starts.append(t)
         marks = {}
@@ -185,6 +189,48 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
             for ch in ("compute",) + TRANSFER_CHANNELS}
     curve, peak = device_memory_curve(plan, hw, marks)
     return SimResult(step_time_s=step_times[-1], step_times_s=step_times, busy_s=busy, exposed_stall_s=stalls,
+                     peak_device_bytes=peak, memory_curve=curve, intervals=tuple(intervals))
+
+
+def _simulate_shared(plan, hw, seq, moves, rate, num_steps: int) -> SimResult:
+    """``simulate`` where every channel runs on the compute's cores: one piece of work at a time."""
+    by_deadline: dict[int, list] = {}
+    for mv in moves:
+        by_deadline.setdefault(mv.deadline, []).append(mv)
+    intervals: list[Interval] = []
+    step_starts, t, marks = [], 0.0, {}
+    for step in range(num_steps):
+        step_starts.append(t)
+        marks = {}
+        for k, item in enumerate(seq):
+            end = t + item.compute
+            if item.compute > 0:
+                intervals.append(Interval(channel="compute", name=item.name, start=t, end=end, step=step))
+            marks[("item", item.name)] = (t, end)
+            t = end
+            for mv in sorted(by_deadline.get(k, ()), key=lambda m: (m.release, m.item)):
+                name = seq[mv.item].name
+                label = f"{mv.kind} {name}" if mv.kind in ("weights", "grads", "update") else f"{mv.kind} {mv.ref}"
+                t1 = t + mv.amount / rate[mv.channel]
+                if t1 > t:
+                    intervals.append(Interval(channel=mv.channel, name=label, start=t, end=t1, step=step))
+                if mv.kind == "weights":
+                    marks.setdefault(("weights", name), t)
+                elif mv.kind == "boundary":
+                    marks.setdefault(("upload", mv.ref), t)
+                elif mv.kind == "res_fetch":
+                    marks.setdefault(("res_upload", mv.ref), t)
+                elif mv.kind == "grads":
+                    marks[("grads", name)] = t1
+                elif mv.kind in ("offload", "res_offload"):
+                    marks[(mv.kind, mv.ref)] = t1
+                t = t1
+    step_times = tuple(b - a_ for a_, b in zip(step_starts, step_starts[1:] + [t]))
+    last = [iv for iv in intervals if iv.step == num_steps - 1]
+    busy = {ch: sum(iv.end - iv.start for iv in last if iv.channel == ch) for ch in ("compute",) + TRANSFER_CHANNELS}
+    curve, peak = device_memory_curve(plan, hw, marks)
+    return SimResult(step_time_s=step_times[-1], step_times_s=step_times, busy_s=busy,
+                     exposed_stall_s=sum(v for ch, v in busy.items() if ch != "compute"),
                      peak_device_bytes=peak, memory_curve=curve, intervals=tuple(intervals))
 
 

@@ -85,6 +85,23 @@ def test_shared_cores_add_compute_and_updates():
         assert simulate(p, num_steps=3).step_time_s == pytest.approx(p.predicted_step_time_s, rel=1e-9)
 
 
+def test_shared_cores_step_is_the_sum_of_all_work():
+    """On the host's own cores (the CPU backend) copies and updates take core time like the compute:
+    a step lasts every item's compute plus every transfer's and update's seconds, whatever the
+    plan's prefetch depths (nothing can run ahead on idle cores)."""
+    rng = random.Random(5)
+    for _ in range(40):
+        costs, hw = random_instance(rng, rng.randint(3, 8))
+        hw = hw.replace(host_shares_device=True, host_opt_rate=rng.uniform(3e8, 3e9))
+        p = random_plan(rng, costs, hw, max_depth=2)
+        seq = steps.items(costs, p)
+        rate = steps.rates(hw)
+        work = sum(it.compute for it in seq) + sum(t.amount / rate[t.channel] for t in steps.transfers(costs, p, seq))
+        assert p.predicted_step_time_s == pytest.approx(work, rel=1e-9), p
+        for w in timing.windows(costs, hw, p):  # each window: its item's compute + what is due in it
+            assert w.time == pytest.approx(sum(w.seconds.values()), rel=1e-12)
+
+
 def test_simulator_equals_timing_on_random_plans_with_shared_cores():
     rng = random.Random(3)
     for _ in range(60):
