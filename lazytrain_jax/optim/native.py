@@ -16,10 +16,11 @@ fast-math, no FMA contraction; no errno / trapping math, so the loops vectorize)
 ``~/.cache/lazytrain_jax`` (atomic rename; keyed by the source, flags, jaxlib and CPU). Without
 a compiler :func:`available` is False and ``"auto"`` keeps the XLA path. ``LAZYTRAIN_NATIVE=0`` disables it.
 
-Measured on a shared 2-core AMD EPYC (AVX-512) host, the loop is bound by instructions, not by
-memory (~5.7 vector instructions per parameter: 3 sqrt and 1 div among them; a block in L2 runs
-no faster than 100M parameters): pinned to one core about 340 Mparam/s, under DeepSpeedCPUAdam's
-fp32 Adam (~420), which does less arithmetic per byte. In the optax transform the update ``u``
+The loop is bound by the divider unit, not by memory (a block in L2 runs no faster than 100M
+parameters): per element a square root and a division for the update, and two more square roots
+for the code estimates; with AVX-512 those two are 14-bit reciprocal-root estimates (the exact
+midpoint test that follows only needs the right pair of codes), bit-identical codes, 1.2-1.6x the
+throughput of the full-precision roots on a 2-core Xeon (``benchmarks/optimizer_cpu.py``). In the optax transform the update ``u``
 is a fresh XLA temporary that ``apply_updates`` then reads (16 + 12 B/param and a page fault
 per 4 KiB each step), so there it is slower than the fused XLA transform and ``"auto"`` keeps the
 transform on XLA (``impl="native"`` asks for the kernel anyway).
@@ -69,13 +70,17 @@ def _cpu_name() -> str:
     return platform.processor()
 
 
-def _build() -> str:
-    """Compiles the kernel (once per source/flags/jaxlib/CPU) and returns the library's path."""
+def _build(extra_flags: tuple[str, ...] = ()) -> str:
+    """Compiles the kernel (once per source/flags/jaxlib/CPU) and returns the library's path.
+
+    ``extra_flags`` are appended to the compiler's (the tests build a ``-mno-avx512f`` variant to
+    check the AVX-512 code estimates against the portable loop)."""
     import jaxlib
 
+    flags = _FLAGS + tuple(extra_flags)
     with open(_SOURCE, "rb") as f:
         src = f.read()
-    key = hashlib.sha256(src + repr((_FLAGS, jaxlib.__version__, _cpu_name())).encode())
+    key = hashlib.sha256(src + repr((flags, jaxlib.__version__, _cpu_name())).encode())
     cache = os.path.join(os.path.expanduser(os.environ.get("XDG_CACHE_HOME", "~/.cache")),
                          "lazytrain_jax")
     path = os.path.join(cache, f"adam8bit_cpu_{key.hexdigest()[:16]}.so")
@@ -88,7 +93,7 @@ def _build() -> str:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
     os.close(fd)
     try:
-        cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", _SOURCE, "-o", tmp]
+        cmd = [compiler, *flags, f"-I{jax.ffi.include_dir()}", _SOURCE, "-o", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")

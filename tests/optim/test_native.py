@@ -169,3 +169,42 @@ def test_accelerator_lowering_takes_the_xla_path_without_float8():
     assert native.UPDATE_TARGET in cpu
     assert native.UPDATE_TARGET not in gpu and "custom_call" not in gpu
     assert "f8E4M3" not in gpu  # dynamic8 codes (int8/uint8), no float8 conversions
+
+
+def test_avx512_code_estimates_equal_the_portable_loop(monkeypatch):
+    """With AVX-512 the kernel estimates the codes' roots with 14-bit reciprocal roots; the exact
+    midpoint test must still give the codes of the portable loop (full-precision roots) bit for
+    bit, and the same master and copy, over gradients and moments of many magnitudes."""
+    with open("/proc/cpuinfo") as f:
+        if " avx512f" not in f.read():
+            pytest.skip("no AVX-512 on this CPU: only the portable loop is built")
+    import ctypes
+    lib = ctypes.cdll.LoadLibrary(native._build(extra_flags=("-mno-avx512f",)))
+    portable = "lazytrain_adam8bit_cpu_portable_test"
+    jax.ffi.register_ffi_target(portable, jax.ffi.pycapsule(lib.LtAdam8bitCpu), platform="cpu")
+    rng = np.random.default_rng(0)
+    for block_size in (64, 100):  # 100: 6 groups of 16 lanes and 4 elements by the portable loop
+        n = block_size * 1000
+        mag = 10.0 ** rng.uniform(-9, 0, n)
+        g = jnp.asarray(np.where(rng.random(n) < 0.05, 0.0, rng.standard_normal(n) * mag).astype(np.float32))
+        p = jnp.asarray(rng.standard_normal(n).astype(np.float32) * 0.02)
+        mu = jnp.asarray(rng.integers(-127, 128, n).astype(np.int8))
+        nu = jnp.asarray(np.where(rng.random(n) < 0.1, 0, rng.integers(0, 256, n)).astype(np.uint8))
+        nb = n // block_size
+        ms = jnp.asarray(np.where(rng.random(nb) < 0.05, 0.0, rng.random(nb) * 1e-4).astype(np.float32))
+        vs = jnp.asarray(np.where(rng.random(nb) < 0.05, 0.0, rng.random(nb) * 1e-7).astype(np.float32))
+        outs = []
+        for target in (native.TARGET, portable):
+            monkeypatch.setattr(native, "TARGET", target)
+            state = (p, mu, nu, ms, vs)
+            for step in range(3):
+                info, _, _ = optim.begin_step(step, 0, jnp.float32(0.7 if step % 2 else 3.0), 1.0)
+                fn = jax.jit(lambda s, g, info: native.leaf_master_step(
+                    s[0], g, s[1], s[2], s[3], s[4], info, HP, block_size=block_size, decay=True))
+                new_p, copy, m1, v1, ms1, vs1 = fn(state, g, info)
+                state = (new_p, m1, v1, ms1, vs1)
+            outs.append([np.asarray(x) for x in (*state, copy)])
+        codes_used = len(np.unique(outs[0][1])) + len(np.unique(outs[0][2]))
+        assert codes_used > 300, codes_used  # the codes span the range, not a few values
+        for name, a, b in zip(("master", "mu", "nu", "mu_scales", "nu_scales", "copy"), *outs):
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8), err_msg=f"{name} block {block_size}")
