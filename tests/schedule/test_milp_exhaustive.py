@@ -3,6 +3,7 @@ segments, residuals (recomputed, kept on device or kept on the host), resident t
 prefetch depths (1 or 2)."""
 
 import itertools
+import random
 import types
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from lazytrain_jax.schedule import memory, milp, steps, timing
 from lazytrain_jax.schedule.costs import synthetic_costs
 from lazytrain_jax.schedule.hardware import Hardware
+
+from tests.schedule.test_step_model import random_instance
 
 GB = 1e9
 
@@ -228,3 +231,18 @@ def test_milp_matches_enumeration_where_residuals_go_to_the_host(num_layers, see
                          residual_offload=False)
     assert not any(without.offload_residuals)
     assert without.predicted_step_time_s > solved.predicted_step_time_s + 1e-6
+
+
+def test_lp_relaxation_same_optimum_in_highs_and_clp():
+    """The LP bound that proves gaps comes from HiGHS (falling back to CLP): both solvers must
+    agree on the relaxation's optimum, on the union model and on each depth pair's."""
+    rng = random.Random(11)
+    for trial in range(8):
+        costs, hw = random_instance(rng, rng.randint(4, 12))
+        if trial % 2:  # a tight device budget: the fixed bytes and 40 % of the interior boundaries
+            fixed = sum(memory.constant_bytes(costs, hw, weight_prefetch_depth=2, act_prefetch_depth=2).values())
+            hw = hw.replace(device_memory=fixed + 0.4 * sum(costs.boundary_bytes[1:-1]), host_memory=2 * GB)
+        for kw in (dict(union=True), dict(weight_prefetch_depth=2, act_prefetch_depth=1), {}):
+            highs = milp._relaxed(milp.build(costs, hw, **kw), solver="highs")
+            clp = milp._relaxed(milp.build(costs, hw, **kw), solver="clp")
+            assert highs == pytest.approx(clp, rel=1e-7, abs=1e-9), (kw, highs, clp)
