@@ -21,8 +21,9 @@ def test_schedule_never_imports_jax():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-SHAPES = [("qwen2.5-7b", "rtx3090", 4), ("qwen2.5-14b", "h800", 96),
-          # 66 s on the 2-core CI machine (four micro-batch counts, each a CBC run): in the slow run
+SHAPES = [("qwen2.5-7b", "rtx3090", 4),
+          # 11 s and 66 s on the 2-core CI machine (several micro-batch counts, each a CBC run): slow run
+          pytest.param("qwen2.5-14b", "h800", 96, marks=pytest.mark.slow),
           pytest.param("qwen2.5-3b", "a100-80g", 64, marks=pytest.mark.slow),
           ("qwen3.6-27b", "h800", 72)]
 
@@ -84,6 +85,7 @@ def test_max_batch_and_infeasible_message_7b():
     _check_max_batch("qwen2.5-7b", Hardware.preset("rtx3090", host_memory=2e9), 1024)
 
 
+@pytest.mark.slow  # 15 s: a plan per candidate batch
 def test_best_batch_has_highest_predicted_throughput():
     hw = Hardware.preset("rtx3090", device_memory=5e9, host_memory=1e9)
     best = plan("qwen2.5-0.5b", hw, batch_size="best", seq_len=512, num_micro_batches=1)
