@@ -169,11 +169,11 @@ def main():
         e.close()
     # what any plan could gain over megatrain(K=4) on this profile, memory unlimited: the ceiling of (b)
     free = plan_for_costs(costs, dataclasses.replace(hw, device_memory=1e15))
-    if free is not None and mega is not None:
+    if free is not None and mega is not None and milp is not None:
         print(f"(b) ceiling on this profile: megatrain(K=4) predicted {mega.predicted_step_time_s:.3f} s / best plan "
               f"without a memory limit {free.predicted_step_time_s:.3f} s = "
               f"{mega.predicted_step_time_s / free.predicted_step_time_s:.2f}x; the MILP under the budget: "
-              f"{mega.predicted_step_time_s / milp.predicted_step_time_s:.2f}x predicted" if milp is not None else "")
+              f"{mega.predicted_step_time_s / milp.predicted_step_time_s:.2f}x predicted")
     num_engines = len(engines)
     engines.clear()
     e = None

@@ -356,19 +356,16 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                  (w["optim"], 1.0)]
         variable = [(ld, rate) for ld, rate in loads if not isinstance(ld, (int, float))]
         consts = [ld / rate for ld, rate in loads if isinstance(ld, (int, float))]
-        if hardware.host_shares_device:
-            # every channel on the compute's cores: the window lasts the sum of its loads (steps.py)
-            if not variable:
-                objective_const += sum(consts)
-                continue
-            t = m.add_var(lb=sum(consts))
-            m.add_constr(t >= sum(consts) + xs(ld * (1.0 / rate) for ld, rate in variable))
-            T.append(t)
-            continue
+        # on shared cores a window lasts the sum of its loads, else their maximum (steps.py)
+        const = sum(consts) if hardware.host_shares_device else max(consts)
         if not variable:
-            objective_const += max(consts)
+            objective_const += const
             continue
-        t = m.add_var(lb=max(consts))
+        t = m.add_var(lb=const)
+        T.append(t)
+        if hardware.host_shares_device:
+            m.add_constr(t >= const + xs(ld * (1.0 / rate) for ld, rate in variable))
+            continue
         for ld, rate in variable:
             m.add_constr(t >= ld * (1.0 / rate))
         base = max(consts + [w["floor"]])
@@ -376,7 +373,6 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             terms = [(sec - base) * z for sec, z in cut if sec > base]
             if terms:
                 m.add_constr(t >= base + xs(terms))
-        T.append(t)
 
     # memory, every row in units of the largest boundary/weight/residual (byte-sized coefficients
     # upset CLP's scaling: with the aggregated rows below they gave LP values above the optimum)

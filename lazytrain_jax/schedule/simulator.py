@@ -69,23 +69,6 @@ class _Channel:
         self.now = 0.0
         self.jobs = []   # [deadline, order, release time, seconds left, label, step, key]
         self.first_start = {}
-        self.blocked = []  # (start, end) in time order: the channel does not run then (shared cores)
-        self._next_block = 0
-
-    def block(self, start, end):
-        """The channel is idle over ``[start, end)`` (compute on the cores it shares)."""
-        if end > start:
-            self.blocked.append((start, end))
-
-    def _free_at(self, t):
-        """The first time >= ``t`` outside every blocked interval, and the start of the next one."""
-        while self._next_block < len(self.blocked) and self.blocked[self._next_block][1] <= t:
-            self._next_block += 1
-        i = self._next_block
-        while i < len(self.blocked) and self.blocked[i][0] <= t:
-            t = max(t, self.blocked[i][1])
-            i += 1
-        return t, (self.blocked[i][0] if i < len(self.blocked) else float("inf"))
 
     def add(self, mv, at, label, step, key):
         self.jobs.append([mv.deadline, len(self.jobs) + mv.item * 1e-6, at, mv.amount / self.rate, label, step, key])
@@ -93,14 +76,13 @@ class _Channel:
     def finish_due(self, deadline, done):
         """Runs the channel until every job due by ``deadline`` is done; records their end in ``done``."""
         while any(j[0] <= deadline and j[3] > 0 for j in self.jobs):
-            self.now, block_at = self._free_at(self.now)
             ready = [j for j in self.jobs if j[3] > 0 and j[2] <= self.now + 1e-15]
             if not ready:
                 self.now = min(j[2] for j in self.jobs if j[3] > 0)
                 continue
             job = min(ready, key=lambda j: (j[0], j[1]))
             later = [j[2] for j in self.jobs if j[3] > 0 and j[2] > self.now + 1e-15 and (j[0], j[1]) < (job[0], job[1])]
-            run = min([job[3], block_at - self.now] + [r - self.now for r in later])
+            run = min([job[3]] + [r - self.now for r in later])
             start, self.now = self.now, self.now + run
             job[3] -= run
             self.first_start.setdefault(job[6], start)
@@ -128,6 +110,8 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
     seq = steps.items(costs, plan)
     moves = steps.transfers(costs, plan, seq)
     rate = steps.rates(hw)
+    if hw.host_shares_device:
+        return _simulate_shared(plan, hw, seq, moves, rate, num_steps)
     intervals: list[Interval] = []
     chans = {ch: _Channel(ch, rate[ch], intervals) for ch in TRANSFER_CHANNELS}
     step_starts, stalls = [], 0.0
@@ -139,8 +123,6 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
         released.setdefault(mv.release, []).append(mv)
         due_keys.setdefault(mv.deadline, []).append((mv.kind, mv.item, mv.ref))
     marks = {}
-    if hw.host_shares_device:
-        return _simulate_shared(plan, hw, seq, moves, rate, num_steps)
     for step in range(num_steps):
         step_starts.append(t)
         marks = {}
@@ -154,39 +136,52 @@ def simulate(plan, hardware=None, *, num_steps: int = 2) -> SimResult:
             end = start + item.compute
             if item.compute > 0:
                 intervals.append(Interval(channel="compute", name=item.name, start=start, end=end, step=step))
-                if hw.host_shares_device:
-                    chans["optimizer"].block(start, end)
             compute_free = end
             marks[("item", item.name)] = (start, end)
             for mv in released.get(k, ()):
-                name = seq[mv.item].name
-                label = f"{mv.kind} {name}" if mv.kind in ("weights", "grads", "update") else f"{mv.kind} {mv.ref}"
-                chans[mv.channel].add(mv, start, label, step, (mv.kind, mv.item, mv.ref))
+                chans[mv.channel].add(mv, start, _label(mv, seq), step, (mv.kind, mv.item, mv.ref))
             for ch in chans.values():
                 ch.finish_due(k, done)
             ready = max([end] + [done[key] for key in due_keys.get(k, ())])
         for (kind, j, ref), s0 in [(key, s) for ch in chans.values() for key, s in ch.first_start.items()]:
-            if kind == "weights":
-                marks[("weights", seq[j].name)] = s0
-            elif kind == "boundary":
-                marks[("upload", ref)] = s0
-            elif kind == "res_fetch":
-                marks[("res_upload", ref)] = s0
+            _mark_start(marks, kind, seq[j].name, ref, s0)
         for (kind, j, ref), s1 in done.items():
-            if kind == "grads":
-                marks[("grads", seq[j].name)] = s1
-            elif kind == "offload":
-                marks[("offload", ref)] = s1
-            elif kind == "res_offload":
-                marks[("res_offload", ref)] = s1
+            _mark_end(marks, kind, seq[j].name, ref, s1)
         for ch in chans.values():
             ch.first_start = {}
         stalls = stall
         t = ready
-    step_times = tuple(b - a_ for a_, b in zip(step_starts, step_starts[1:] + [t]))
+    return _result(plan, hw, intervals, step_starts, t, marks, num_steps, stalls)
+
+
+def _label(mv, seq) -> str:
+    """A transfer's name in traces: its kind and the item (unit transfers) or the boundary/layer it moves."""
+    return f"{mv.kind} {seq[mv.item].name}" if mv.kind in ("weights", "grads", "update") else f"{mv.kind} {mv.ref}"
+
+
+def _mark_start(marks, kind, name, ref, t) -> None:
+    """Records where an upload began (the device buffer it fills exists from then on)."""
+    key = {"weights": ("weights", name), "boundary": ("upload", ref), "res_fetch": ("res_upload", ref)}.get(kind)
+    if key is not None:
+        marks.setdefault(key, t)
+
+
+def _mark_end(marks, kind, name, ref, t) -> None:
+    """Records where a download ended (the device buffer it empties is freed then)."""
+    key = {"grads": ("grads", name), "offload": ("offload", ref), "res_offload": ("res_offload", ref)}.get(kind)
+    if key is not None:
+        marks[key] = t
+
+
+def _result(plan, hw, intervals, step_starts, end, marks, num_steps, stalls=None) -> SimResult:
+    """The SimResult of a run ending at ``end``; ``stalls`` None: every non-compute second of the
+    last step (shared cores, where the compute waits for each of them)."""
+    step_times = tuple(b - a_ for a_, b in zip(step_starts, step_starts[1:] + [end]))
     last = [iv for iv in intervals if iv.step == num_steps - 1]
     busy = {ch: sum(iv.end - iv.start for iv in last if iv.channel == ch)
             for ch in ("compute",) + TRANSFER_CHANNELS}
+    if stalls is None:
+        stalls = sum(v for ch, v in busy.items() if ch != "compute")
     curve, peak = device_memory_curve(plan, hw, marks)
     return SimResult(step_time_s=step_times[-1], step_times_s=step_times, busy_s=busy, exposed_stall_s=stalls,
                      peak_device_bytes=peak, memory_curve=curve, intervals=tuple(intervals))
@@ -209,29 +204,13 @@ def _simulate_shared(plan, hw, seq, moves, rate, num_steps: int) -> SimResult:
             marks[("item", item.name)] = (t, end)
             t = end
             for mv in sorted(by_deadline.get(k, ()), key=lambda m: (m.release, m.item)):
-                name = seq[mv.item].name
-                label = f"{mv.kind} {name}" if mv.kind in ("weights", "grads", "update") else f"{mv.kind} {mv.ref}"
                 t1 = t + mv.amount / rate[mv.channel]
                 if t1 > t:
-                    intervals.append(Interval(channel=mv.channel, name=label, start=t, end=t1, step=step))
-                if mv.kind == "weights":
-                    marks.setdefault(("weights", name), t)
-                elif mv.kind == "boundary":
-                    marks.setdefault(("upload", mv.ref), t)
-                elif mv.kind == "res_fetch":
-                    marks.setdefault(("res_upload", mv.ref), t)
-                elif mv.kind == "grads":
-                    marks[("grads", name)] = t1
-                elif mv.kind in ("offload", "res_offload"):
-                    marks[(mv.kind, mv.ref)] = t1
+                    intervals.append(Interval(channel=mv.channel, name=_label(mv, seq), start=t, end=t1, step=step))
+                _mark_start(marks, mv.kind, seq[mv.item].name, mv.ref, t)
+                _mark_end(marks, mv.kind, seq[mv.item].name, mv.ref, t1)
                 t = t1
-    step_times = tuple(b - a_ for a_, b in zip(step_starts, step_starts[1:] + [t]))
-    last = [iv for iv in intervals if iv.step == num_steps - 1]
-    busy = {ch: sum(iv.end - iv.start for iv in last if iv.channel == ch) for ch in ("compute",) + TRANSFER_CHANNELS}
-    curve, peak = device_memory_curve(plan, hw, marks)
-    return SimResult(step_time_s=step_times[-1], step_times_s=step_times, busy_s=busy,
-                     exposed_stall_s=sum(v for ch, v in busy.items() if ch != "compute"),
-                     peak_device_bytes=peak, memory_curve=curve, intervals=tuple(intervals))
+    return _result(plan, hw, intervals, step_starts, t, marks, num_steps)
 
 
 def device_memory_curve(plan, hardware, marks) -> tuple[tuple[tuple[float, float], ...], float]:
