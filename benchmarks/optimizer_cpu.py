@@ -3,8 +3,9 @@
 One update = global-norm clip (1.0) + AdamW + fp32 master update + bf16 streaming copy, over a
 params set of N parameters (1024 x 1024 fp32 matrices), every method in one run of this script.
 Our rows: ``optax transform`` = ``adamw_8bit`` inside a jitted, donated train-step tail (global
-norm computed inside; ``impl='auto'``, the default, which is the fused XLA update there, and
-``impl='native'``: the C++ kernel returning the update); ``fused_layer_step`` = the host executor's path (norm computed by a
+norm computed inside; ``impl='auto'``, the default, which for dynamic8 is the native kernel
+writing the codes and scales while XLA computes the update inside ``apply_updates``, and
+``impl='xla'``, XLA alone); ``fused_layer_step`` = the host executor's path (norm computed by a
 separate jitted call, then ``begin_step`` + ``fused_layer_step`` on the whole params tree);
 ``norm given`` = the same with the norm already known (the executor sums squares per layer
 during backward, so on the host the norm is free).
@@ -22,12 +23,14 @@ throwaway environment -- never a dependency of this project::
 
 Columns: median ms per update; ratio to optax fp32; params/s; ``HLO B/param`` = bytes the
 compiled XLA program reads and writes per parameter (``cost_analysis``: every top-level op's
-operands + results; the JAX rows only; for the native kernel, which XLA cannot see into, the
-kernel's own traffic (host step 18 B, optax update 16 B), + what XLA runs around it); Adam-state bytes per parameter. Below the table: the
+operands + results, a custom call's included, which is the state kernel's own traffic, 8 B; for
+the host step's kernel its own traffic, 18 B); Adam-state bytes per parameter. Below the table: the
 memory bandwidth measured here (a jitted copy) and each method's byte limit, the time its minimum
 traffic takes at that bandwidth (fp32 AdamW + clip + bf16 copy: read g for the norm, read p g m v,
-write p m v and the copy = 34 B; the fused 8-bit update with the norm given: read p g and 2 code
-bytes, write p, 2 code bytes and the copy = 18 B, + 16 / block_size of scales).
+write p m v and the copy = 34 B; the 8-bit optax transform as it runs here = 32 B (see
+``LIMIT_TRANSFORM``: the transform returns updates, so its work splits in two passes over g); the
+fused 8-bit update with the norm given: read p g and 2 code bytes, write p, 2 code bytes and the
+copy = 18 B, + 16 / block_size of scales).
 
 ``--cores 1,2`` adds params/s of the fused host update and of DeepSpeedCPUAdam with the process
 pinned to 1 and to 2 cores (``os.sched_setaffinity`` before jax / torch start their pools).
@@ -56,11 +59,14 @@ MAT = 1024  # every tensor is MAT x MAT (block sizes divide it)
 OPTAX = "optax adamw + clip_by_global_norm (fp32)"
 DEEPSPEED = "DeepSpeedCPUAdam + clip_grad_norm_ (fp32)"
 NATIVE = "adamw_8bit dynamic8: fused, impl='native', norm given"
-TRANSFORM = "adamw_8bit dynamic8: optax transform, impl='native'"
+TRANSFORM = "adamw_8bit dynamic8: optax transform (impl='auto' = 'native')"
 # minimum bytes per parameter of one update (see the module docstring)
 LIMIT_FP32 = 4 + 16 + 12 + 2
 LIMIT_8BIT = 4 + 1 + 1 + 4 + 1 + 1 + 4 + 2
-UPDATE_BYTES = 4 + 4 + 1 + 1 + 4 + 1 + 1  # the native optax update: read p g mc vc, write u mc vc
+# the optax transform as it runs here (updates returned, then apply_updates): read g for the norm;
+# XLA's update fused into p + u: read p g mc vc, write p; the state kernel: read g mc vc, write
+# mc vc; the copy: read p, write bf16
+LIMIT_TRANSFORM = 4 + (4 + 4 + 1 + 1 + 4) + (4 + 1 + 1 + 1 + 1) + (4 + 2)
 
 
 def _num_mats(n: int) -> int:
@@ -107,27 +113,12 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
         master = jax.tree.map(lambda g: g * 2.0, grads)
         box = {"master": master, "state": tx.init(master)}
         nbytes = _hlo_bytes(jax.jit(step), box["master"], box["state"], grads)
-        if "custom-call(" in fn.lower(box["master"], box["state"], grads).compile().as_text():
-            # the native kernel: XLA's count of the custom calls replaced by their own traffic
-            nbytes += k * (_kernel_bytes(UPDATE_BYTES) - _hlo_bytes(_one_native_update(), *one))
 
         def run():
             box["master"], copy, box["state"] = fn(box["master"], box["state"], grads)
             jax.block_until_ready((box["master"], copy, box["state"]))
 
         return run, nbytes / num_params
-
-    one_st = optim.adamw_8bit(1e-3).init({"w": grads["w0"]})
-    one = (grads["w0"], grads["w0"], one_st.mu["w"], one_st.nu["w"], one_st.mu_scales["w"],
-           one_st.nu_scales["w"])
-
-    def _one_native_update():
-        info, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
-        hp1 = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
-        return jax.jit(lambda *a: native.leaf_update(*a, info, hp1, block_size=256, decay=True))
-
-    def _kernel_bytes(per_param):
-        return (per_param + 16 / 256) * MAT * MAT
 
     norm_fn = jax.jit(optim.global_norm_fp32)
     hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
@@ -162,11 +153,14 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
         tx = optim.adamw_8bit(1e-3, weight_decay=0.01, max_grad_norm=1.0, state_format=fmt)
         bpp = optim.state_bytes_per_param(grads, state_format=fmt)["bytes_per_param"]
         if not fused_only:
-            methods[f"adamw_8bit {fmt}: optax transform (impl='auto' = 'xla')"] = (*make(tx), bpp)
             if fmt == "dynamic8" and native.available():
-                tx_native = optim.adamw_8bit(1e-3, weight_decay=0.01, max_grad_norm=1.0,
-                                             state_format=fmt, impl="native")
-                methods[TRANSFORM] = (*make(tx_native), bpp)
+                methods[TRANSFORM] = (*make(tx), bpp)
+                tx_xla = optim.adamw_8bit(1e-3, weight_decay=0.01, max_grad_norm=1.0,
+                                          state_format=fmt, impl="xla")
+                methods[f"adamw_8bit {fmt}: optax transform, impl='xla'"] = (*make(tx_xla), bpp)
+            else:  # the kernel takes dynamic8 state only
+                methods[f"adamw_8bit {fmt}: optax transform (impl='auto' = 'xla')"] = (
+                    *make(tx), bpp)
             methods[f"adamw_8bit {fmt}: fused_layer_step"] = (*make_fused(tx, False), bpp)
         if fmt != "fp32":
             methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (
@@ -412,6 +406,7 @@ def main() -> None:
         t_opt = rows[OPTAX][0]
         print(f"\nmemory bandwidth here (jitted in-place scale, read + write): {bw / 1e9:.1f} GB/s")
         for label, limit in (("fp32 AdamW + clip + copy", LIMIT_FP32),
+                             ("8-bit optax transform as split here", LIMIT_TRANSFORM + 32 / 256),
                              ("fused 8-bit, norm given", LIMIT_8BIT + 16 / 256)):
             t = limit * num_params / bw
             print(f"byte limit, {label}: {limit:.1f} B/param -> {t * 1e3:.1f} ms "

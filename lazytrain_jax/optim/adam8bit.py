@@ -130,7 +130,7 @@ def _make(b1, b2, eps, learning_rate, weight_decay, max_grad_norm, mask, block_s
         decay_mask = mask(params) if callable(mask) else mask
         new_updates, moments = kernel.tree_update(
             updates, state.mu, state.nu, state.mu_scales, state.nu_scales, params, info, hp,
-            block_size=block_size, decay_mask=decay_mask, impl=native.resolve_impl(impl, returns_updates=True),
+            block_size=block_size, decay_mask=decay_mask, impl=native.resolve_impl(impl),
         )
         return new_updates, ScaleByAdam8bitState(count, num_skipped, *moments)
 
@@ -224,12 +224,13 @@ def adamw_8bit(
         applies, as ``optax.adamw``'s ``mask``.
       block_size, state_format, min_8bit_size, fp32_state_filter, skip_nonfinite: as in
         :func:`scale_by_adam_8bit`.
-      impl: ``"auto"`` (default: the fused XLA update, which XLA fuses into ``apply_updates``;
-        measured faster here than the native kernel, whose update is an extra temporary),
-        ``"native"`` (where the computation is lowered for the CPU, fp32 tensors with dynamic8
-        state take the native kernel's one-pass update, raising if it cannot be built; the XLA
-        update on accelerators) or ``"xla"`` (XLA everywhere). The native kernel agrees
-        with XLA to fp32 rounding, not bit for bit (``native.py``).
+      impl: ``"auto"`` (default: ``"native"`` where the kernel could be built, else
+        ``"xla"``), ``"native"`` (where the computation is lowered for the CPU, fp32 tensors
+        with dynamic8 state get their new codes and scales from the native kernel in one pass,
+        in place, while the update itself stays an XLA expression that fuses into
+        ``apply_updates``; raises if the kernel cannot be built; the XLA path on accelerators)
+        or ``"xla"`` (XLA everywhere). The update is XLA's bit for bit given the same state; the
+        kernel's codes agree with XLA's to fp32 rounding (``native.py``).
 
     Returns:
       An ``optax.GradientTransformationExtraArgs`` (``update`` requires params).

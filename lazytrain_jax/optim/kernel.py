@@ -219,6 +219,18 @@ def _block_moments(g, p, mc, vc, ms_n1, vs_n1, info, hp, *, decay, block_size):
     return u, m, v, new_ms, new_vs, expand
 
 
+def leaf_direction(g32, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *,
+                   block_size: int, decay: bool):
+    """The update ``u`` of :func:`leaf_update` alone (0 on a skipped step), for 8-bit state of
+    whole blocks: bit for bit ``leaf_update``'s ``u``. Elementwise over ``g32``, ``p`` and the old
+    codes with the old per-block scales broadcast, so XLA fuses it into its consumer
+    (``apply_updates``) instead of materializing it."""
+    ms_n1, vs_n1 = mu_s.reshape(-1, 1), nu_s.reshape(-1, 1)
+    u = _block_moments(g32, p, mu, nu, ms_n1, vs_n1, info, hp, decay=decay,
+                       block_size=block_size)[0]
+    return jnp.where(info.apply, u, 0.0).astype(p.dtype if p is not None else g32.dtype)
+
+
 def _write_after(u, p, mu, nu, new_mu, new_nu):
     """``(new_mu, new_nu)``, written in place only after the update has read the old moments.
 
@@ -226,11 +238,11 @@ def _write_after(u, p, mu, nu, new_mu, new_nu):
     so the new moments are ordered after the new params; without that ordering XLA copies both
     donated moment buffers whole each step. Values are unchanged (the gate is always true).
     """
-    mu1 = jnp.where(_after(u if p is None else p + u), new_mu, mu)
-    return mu1, jnp.where(_after(mu1), new_nu, nu)
+    mu1 = jnp.where(after(u if p is None else p + u), new_mu, mu)
+    return mu1, jnp.where(after(mu1), new_nu, nu)
 
 
-def _after(x):
+def after(x):
     """A always-true bool that XLA cannot fold and that depends on ``x`` (its first element).
 
     Writing a state buffer in place while another fusion still reads its old value makes XLA
@@ -254,7 +266,7 @@ def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHype
                                             block_size=block_size, decay=decay)
         new_master = (master + u).astype(master.dtype)
         if fmt == "fp32":  # fp32 moments: write them after the master has read the old ones
-            ok = _after(new_master)
+            ok = after(new_master)
             mu1, nu1 = jnp.where(ok, mu1, mu), jnp.where(ok, nu1, nu)
         return new_master, new_master.astype(copy_dtype), mu1, nu1, ms1, vs1
     ms_n1, vs_n1 = mu_s.reshape(-1, 1), nu_s.reshape(-1, 1)
@@ -262,8 +274,8 @@ def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHype
                                                      decay=decay, block_size=block_size)
     u = jnp.where(info.apply, u, 0.0).astype(master.dtype)
     new_master = (master + u).astype(master.dtype)
-    mc = jnp.where(info.apply & _after(new_master), q.encode_m_nb(m, new_ms, fmt, expand), mu)
-    vc = jnp.where(info.apply & _after(mc), q.encode_v_nb(v, new_vs, fmt, expand), nu)
+    mc = jnp.where(info.apply & after(new_master), q.encode_m_nb(m, new_ms, fmt, expand), mu)
+    vc = jnp.where(info.apply & after(mc), q.encode_v_nb(v, new_vs, fmt, expand), nu)
     return (new_master, new_master.astype(copy_dtype), mc, vc, new_ms.reshape(mu_s.shape),
             new_vs.reshape(nu_s.shape))
 

@@ -117,7 +117,7 @@ def apply_layer_update(grads, moments: LayerMoments, params, step: StepInfo, hp:
     """
     updates, new = kernel.tree_update(grads, *moments, params, step, hp, block_size=block_size,
                                       decay_mask=decay_mask,
-                                      impl=native.resolve_impl(impl, returns_updates=True))
+                                      impl=native.resolve_impl(impl))
     return updates, LayerMoments(*new)
 
 

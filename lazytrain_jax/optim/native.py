@@ -7,9 +7,11 @@ CPU Adam per core (``benchmarks/optimizer_cpu.py``). ``csrc/adam8bit_cpu.cc`` do
 math per block of ``block_size`` elements while the block is in L1 (read p g mc vc, write p copy
 mc vc), split across the process's cores, as an XLA FFI custom call on donated buffers. Two
 entry points share the loop: :func:`leaf_master_step` (the host step: master in place + bf16
-copy) and :func:`leaf_update` (the optax transform's update: returns ``u``, reads ``p``). Both
-are chosen with ``impl`` (:data:`IMPLS`; ``"auto"`` by default, for the transform and the
-per-unit step alike) and only where the computation is lowered for the CPU (:func:`on_cpu`).
+copy) and the state half of :func:`leaf_update` (the optax transform: the kernel writes only the
+new codes and scales, in place; the update ``u`` is XLA's own elementwise expression, which
+XLA fuses into the user's ``apply_updates``). Both are chosen with ``impl`` (:data:`IMPLS`;
+``"auto"`` by default, for the transform and the per-unit step alike) and only where the
+computation is lowered for the CPU (:func:`on_cpu`).
 
 The C++ source is compiled on first use with the system's ``g++`` (``-O3 -march=native``, no
 fast-math, no FMA contraction; no errno / trapping math, so the loops vectorize) into
@@ -20,14 +22,19 @@ The loop is bound by the divider unit, not by memory (a block in L2 runs no fast
 parameters): per element a square root and a division for the update, and two more square roots
 for the code estimates; with AVX-512 those two are 14-bit reciprocal-root estimates (the exact
 midpoint test that follows only needs the right pair of codes), bit-identical codes, 1.2-1.6x the
-throughput of the full-precision roots on a 2-core Xeon (``benchmarks/optimizer_cpu.py``). In the optax transform the update ``u``
-is a fresh XLA temporary that ``apply_updates`` then reads (16 + 12 B/param and a page fault
-per 4 KiB each step), so there it is slower than the fused XLA transform and ``"auto"`` keeps the
-transform on XLA (``impl="native"`` asks for the kernel anyway).
+throughput of the full-precision roots on a 2-core Xeon (``benchmarks/optimizer_cpu.py``).
+
+Why the transform splits the work: a ``u`` written by the kernel is a fresh XLA temporary each
+step (4 B/param written, read again by ``apply_updates``, and one page fault per 4 KiB: 100k
+faults per step at 100M parameters, a quarter of the step in ``perf``). XLA's own ``u`` needs no
+reduction (the old scales are per-block inputs), so it fuses into ``p + u``; the kernel then
+writes the codes after that fusion has read the old ones (a data dependency, so XLA updates
+them in place instead of copying them).
 
 Results agree with the XLA path to fp32 rounding, not bit for bit (XLA rewrites some divisions
 into reciprocal multiplies): master weights within a few ulp, codes within one step where a value
-sits on a rounding boundary (tested).
+sits on a rounding boundary (tested). The transform's update ``u`` is XLA's, bit for bit, given
+the same state (tested).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from lazytrain_jax.optim import blockwise as q
 from lazytrain_jax.optim.kernel import AdamHyperparams, StepInfo
 
 TARGET = "lazytrain_adam8bit_cpu"  # the host step: master in place + bf16 copy
-UPDATE_TARGET = "lazytrain_adam8bit_update_cpu"  # the optax update: returns u
+STATE_TARGET = "lazytrain_adam8bit_state_cpu"  # the optax transform: codes and scales only
 IMPLS = ("auto", "native", "xla")
 DEFAULT_IMPL = "auto"  # the optax transform and the per-unit host step alike (one default)
 _SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "adam8bit_cpu.cc")
@@ -122,7 +129,7 @@ def available() -> bool:
                 jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.LtAdam8bitCpu),
                                             platform="cpu")
                 jax.ffi.register_ffi_target(
-                    UPDATE_TARGET, jax.ffi.pycapsule(lib.LtAdam8bitUpdateCpu), platform="cpu")
+                    STATE_TARGET, jax.ffi.pycapsule(lib.LtAdam8bitStateCpu), platform="cpu")
                 _state.update(ok=True, lib=lib, reason=None)
             except (OSError, RuntimeError, subprocess.SubprocessError) as e:
                 _state.update(ok=False, reason=f"{type(e).__name__}: {e}")
@@ -151,21 +158,18 @@ def check_impl(impl: str) -> str:
     return impl
 
 
-def resolve_impl(impl: str, *, returns_updates: bool = False) -> str:
+def resolve_impl(impl: str) -> str:
     """``"native"`` or ``"xla"``: what ``impl`` runs on the CPU backend. ``"auto"`` picks the
-    faster path of the entry point: the native kernel for the host step (master in place + copy)
-    when it could be built; the XLA path where the caller gets updates back (``returns_updates``:
-    the optax transform, ``apply_layer_update``), because there the kernel's ``u`` is an extra
-    temporary that ``apply_updates`` reads again, while XLA fuses the update into it (measured:
-    ``benchmarks/optimizer_cpu.py``). Other backends always run the XLA path (:func:`on_cpu`).
+    native kernel when it could be built (the faster path for the host step and for the optax
+    transform alike: ``benchmarks/optimizer_cpu.py``), else XLA. Other backends always run the XLA
+    path (:func:`on_cpu`).
 
     Example:
       >>> resolve_impl("auto")   # 'native' where g++ built the kernel
-      >>> resolve_impl("auto", returns_updates=True)   # 'xla'
     """
     check_impl(impl)
     if impl == "auto":
-        return "native" if available() and not returns_updates else "xla"
+        return "native" if available() else "xla"
     return impl
 
 
@@ -198,24 +202,33 @@ def _scalars(info: StepInfo, hp: AdamHyperparams):
 
 def leaf_update(g, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *,
                 block_size: int, decay: bool, threads: int = 0):
-    """``kernel.leaf_update`` (the optax update of one tensor) as one native call.
+    """``kernel.leaf_update`` (the optax update of one tensor): ``u`` by XLA, the state natively.
 
-    Returns ``(updates, mu, nu, mu_s, nu_s)``; ``p`` is only read, the codes and scales are
-    written in place when donated. Requires :func:`available` and :func:`supports`.
+    Returns ``(updates, mu, nu, mu_s, nu_s)``. ``u`` is ``kernel.leaf_update``'s expression (bit
+    for bit, given the same state), left to XLA so that it fuses into ``apply_updates``; the
+    native kernel writes the new codes and scales, in place when the state is donated, ordered
+    after ``p + u`` (which reads the old codes). ``p`` is only read. Requires :func:`available`
+    and :func:`supports`.
 
     Example:
       >>> u, mu, nu, mu_s, nu_s = leaf_update(g, p, mu, nu, mu_s, nu_s, info, hp, block_size=256,
       ...                                     decay=True)
     """
+    from lazytrain_jax.optim import kernel  # kernel imports this module lazily
+
     nb = mu_s.shape[0]
-    out = (jax.ShapeDtypeStruct(p.shape, jnp.float32),
-           jax.ShapeDtypeStruct(mu.shape, mu.dtype), jax.ShapeDtypeStruct(nu.shape, nu.dtype),
+    g32 = g.astype(jnp.float32)
+    u = kernel.leaf_direction(g32, p, mu, nu, mu_s, nu_s, info, hp, block_size=block_size,
+                              decay=decay)
+    # always the scalars (the gate is always true); the data dependency on p + u (the user's
+    # apply_updates, merged by XLA) writes the codes after that fusion has read the old ones
+    scalars = jnp.where(kernel.after(p + u), _scalars(info, hp), jnp.nan)
+    out = (jax.ShapeDtypeStruct(mu.shape, mu.dtype), jax.ShapeDtypeStruct(nu.shape, nu.dtype),
            jax.ShapeDtypeStruct((nb,), jnp.float32), jax.ShapeDtypeStruct((nb,), jnp.float32))
-    call = jax.ffi.ffi_call(UPDATE_TARGET, out, input_output_aliases={2: 1, 3: 2, 4: 3, 5: 4},
+    call = jax.ffi.ffi_call(STATE_TARGET, out, input_output_aliases={1: 0, 2: 1, 3: 2, 4: 3},
                             vmap_method="sequential")  # under jax.vmap: one call per member
-    u, m, v, ms, vs = call(p, g, mu, nu, mu_s.reshape(nb), nu_s.reshape(nb), _scalars(info, hp),
-                           block_size=np.int64(block_size), decay=bool(decay),
-                           threads=np.int64(threads))
+    m, v, ms, vs = call(g32, mu, nu, mu_s.reshape(nb), nu_s.reshape(nb), scalars,
+                        block_size=np.int64(block_size), threads=np.int64(threads))
     return u, m, v, ms.reshape(mu_s.shape), vs.reshape(nu_s.shape)
 
 

@@ -11,6 +11,8 @@ import pytest
 import lazytrain_jax as lt
 from lazytrain_jax import optim
 
+from . import agree
+
 
 def _no_norm_decay(params):
     """A callable mask: no weight decay on norms (1-D leaves)."""
@@ -53,8 +55,10 @@ def _with(tree, keys, value):
 
 @pytest.mark.parametrize("impl", ["xla", "native"])
 def test_per_unit_loop_equals_whole_tree_transform_on_a_real_model(impl):
-    """Bit for bit when both run the same implementation (``impl="auto"`` picks the native kernel for
-    the per-unit step and XLA for the transform: those agree to fp32 rounding, tests/optim/test_native.py)."""
+    """Bit for bit with ``impl="xla"``. With ``"native"`` the per-unit step's update is the kernel's
+    own arithmetic while the transform's is XLA's (fused into ``apply_updates``): they agree to
+    fp32 rounding, codes at most a step or two apart and rarely (as native vs XLA,
+    tests/optim/test_native.py); the configuration (schedule, mask, clip) is still one."""
     from lazytrain_jax.optim import native
     if impl == "native" and not native.available():
         pytest.skip(f"native kernel unavailable: {native.unavailable_reason()}")
@@ -100,9 +104,13 @@ def test_per_unit_loop_equals_whole_tree_transform_on_a_real_model(impl):
             master = _with(master, keys, new_master)
             state = optim.set_layer_moments(state, keys, moments)
         state = state._replace(count=count, num_skipped=skipped)
-        _assert_trees_equal(master, whole_p)
-        for name in ("mu", "nu", "mu_scales", "nu_scales"):
-            _assert_trees_equal(getattr(state, name), getattr(whole_s, name))
+        if impl == "xla":
+            _assert_trees_equal(master, whole_p)
+            for name in ("mu", "nu", "mu_scales", "nu_scales"):
+                _assert_trees_equal(getattr(state, name), getattr(whole_s, name))
+        else:
+            agree.assert_params_agree(master, whole_p, max_abs=1e-4)  # lr <= 2e-3
+            agree.assert_state_agrees(state, whole_s)
         assert int(state.count) == int(whole_s.count) == step + 1
     # a per-unit loop that ignored the mask would decay the (all-ones) norm weights: not equal
     assert float(jnp.min(params["head"]["norm"]["weight"])) == 1.0

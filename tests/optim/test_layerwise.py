@@ -11,6 +11,8 @@ import pytest
 import lazytrain_jax as lt
 from lazytrain_jax import optim
 
+from . import agree
+
 HP = dict(b1=0.9, b2=0.99, eps=1e-8, weight_decay=0.05)
 LR = 1e-3
 CLIP = 0.5
@@ -73,7 +75,9 @@ def _sub(tree, keys):
 
 @pytest.mark.parametrize("fmt,impl", [("dynamic8", "xla"), ("dynamic8", "native"), ("fp8", "auto"), ("fp32", "auto")])
 def test_layer_by_layer_equals_whole_tree(fmt, impl):
-    """Bit for bit, both sides on one implementation (the native kernel runs dynamic8 state only)."""
+    """Bit for bit, both sides on one implementation (the native kernel runs dynamic8 state only),
+    except the native one: there the per-unit step's update is the kernel's own arithmetic and the
+    transform's is XLA's (fused into ``apply_updates``), so the two agree to fp32 rounding."""
     from lazytrain_jax.optim import native
     if impl == "native" and not native.available():
         pytest.skip(f"native kernel unavailable: {native.unavailable_reason()}")
@@ -110,8 +114,12 @@ def test_layer_by_layer_equals_whole_tree(fmt, impl):
             state = optim.set_layer_moments(state, keys, moments)
             master = _replace(master, keys, new_master)
         state = state._replace(count=count, num_skipped=skipped)
-        _assert_trees_equal(master, whole_p)
-        _assert_trees_equal(state, whole_s)
+        if impl == "native":
+            agree.assert_params_agree(master, whole_p, max_abs=0.05 * LR)
+            agree.assert_state_agrees(state, whole_s)
+        else:
+            _assert_trees_equal(master, whole_p)
+            _assert_trees_equal(state, whole_s)
     assert int(state.count) == 4
 
 

@@ -3,8 +3,10 @@
 // One pass per block of `block_size` elements: the block's scale bounds from max|g| and the
 // codes' maxima (kernel._scale_bounds), then clip, Adam, decoupled weight decay, the fp32 master
 // update, the bf16 streaming copy and the requantized dynamic8 codes. The block stays in L1, so
-// memory sees each byte once: read p g mc vc, write p copy mc vc (18 B/param). Blocks are split
-// across threads. Same math as lazytrain_jax/optim/kernel.py (dynamic8); see ../native.py.
+// memory sees each byte once: read p g mc vc, write p copy mc vc (18 B/param). A second entry
+// point writes only the codes and scales (read g mc vc, write mc vc: 8 B/param) for the optax
+// transform, whose update XLA computes inside apply_updates. Blocks are split across threads.
+// Same math as lazytrain_jax/optim/kernel.py (dynamic8); see ../native.py.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -113,9 +115,13 @@ inline void encode_codes(int64_t n, const float* m_a, const float* um_a, const f
 #endif
 
 // Compile-time flags (a runtime one keeps the loop from vectorizing): kDecay, weight decay on
-// this tensor; kMaster, the host step (p updated in place, bf16 copy written; `out` is the copy)
-// or else the optax update (p only read; `out` receives the fp32 update u, 0 on a skipped step).
-template <bool kDecay, bool kMaster>
+// this tensor; kMode, what the step writes besides the codes and scales: kMaster, the host step
+// (p updated in place, bf16 copy written; `out` is the copy); kState, the codes and scales only
+// (p and `out` unused: the optax transform's update u is computed by XLA, which fuses it into
+// apply_updates; a u written here would be a fresh temporary, page-faulted every step).
+enum Mode { kMaster = 0, kState = 1 };
+
+template <bool kDecay, int kMode>
 void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
                 const float* __restrict__ g, float* __restrict__ p, void* __restrict__ out,
                 int8_t* __restrict__ mc, uint8_t* __restrict__ vc, float* __restrict__ ms,
@@ -124,16 +130,14 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
   for (int64_t blk = b0; blk < b1_end; ++blk) {
     const int64_t o = blk * bs;
     const float* __restrict__ gb = g + o;
-    float* __restrict__ pb = p + o;
-    uint16_t* __restrict__ cb = static_cast<uint16_t*>(out) + o;
-    float* __restrict__ ub = static_cast<float*>(out) + o;
+    // (kState passes no p and no out: no pointer arithmetic on them)
+    float* __restrict__ pb = kMode == kMaster ? p + o : nullptr;
+    uint16_t* __restrict__ cb = kMode == kMaster ? static_cast<uint16_t*>(out) + o : nullptr;
     int8_t* __restrict__ mb = mc + o;
     uint8_t* __restrict__ vb = vc + o;
     if (s.apply == 0.0f) {  // skipped step: only the copy (or a zero update) is written
-      if constexpr (kMaster) {
+      if constexpr (kMode == kMaster) {
         for (int64_t i = 0; i < bs; ++i) cb[i] = to_bf16(pb[i]);
-      } else {
-        std::memset(ub, 0, bs * sizeof(float));
       }
       continue;
     }
@@ -176,15 +180,13 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
         const float m = om1 * gg + s.b1 * m_old;
         const float v = om2 * (gg * gg) + s.b2 * v_old;
         const float rv = std::sqrt(v);  // shared by the update and the v code's estimate
-        float u = (m * s.inv_bc1) / (rv * s.rsqrt_bc2 + s.eps);
-        if constexpr (kDecay) u = u + s.wd * pb[i];
-        u = -s.lr * u;
-        if constexpr (kMaster) {
+        if constexpr (kMode == kMaster) {
+          float u = (m * s.inv_bc1) / (rv * s.rsqrt_bc2 + s.eps);
+          if constexpr (kDecay) u = u + s.wd * pb[i];
+          u = -s.lr * u;
           const float np = pb[i] + u;
           pb[i] = np;
           cb[i] = to_bf16(np);
-        } else {
-          ub[i] = u;
         }
         // um, uv: the moments over their block scales, exactly as XLA's (x / 64) * (64 / s)
         // (a power-of-two factor moves no rounding)
@@ -207,7 +209,7 @@ int num_threads(int64_t asked) {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-template <bool kMaster>
+template <int kMode>
 ffi::Error Run(int64_t n, int64_t block_size, bool decay, int64_t threads,
                ffi::Buffer<ffi::F32> scalars, const float* g, float* p, void* out, int8_t* mc,
                uint8_t* vc, float* ms, float* vs) {
@@ -218,7 +220,7 @@ ffi::Error Run(int64_t n, int64_t block_size, bool decay, int64_t threads,
   const int t = static_cast<int>(
       std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, nb / 64)));
   auto work = [&](int64_t lo, int64_t hi) {
-    auto* fn = decay ? &run_blocks<true, kMaster> : &run_blocks<false, kMaster>;
+    auto* fn = decay ? &run_blocks<true, kMode> : &run_blocks<false, kMode>;
     fn(lo, hi, block_size, s, g, p, out, mc, vc, ms, vs);
   };
   if (t <= 1) {
@@ -262,19 +264,18 @@ ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
   CopyIfNotAliased(vc->typed_data(), vc_in.typed_data(), n);
   CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
   CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
-  return Run<true>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(),
+  return Run<kMaster>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(),
                    copy->typed_data(), mc->typed_data(), vc->typed_data(), ms->typed_data(),
                    vs->typed_data());
 }
 
-// The optax update: p only read; returns u and the new codes and scales (aliased).
-ffi::Error Adam8bitUpdateImpl(ffi::Buffer<ffi::F32> p, ffi::Buffer<ffi::F32> g,
-                              ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
-                              ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
-                              ffi::Buffer<ffi::F32> scalars, ffi::ResultBuffer<ffi::F32> u,
-                              ffi::ResultBuffer<ffi::S8> mc, ffi::ResultBuffer<ffi::U8> vc,
-                              ffi::ResultBuffer<ffi::F32> ms, ffi::ResultBuffer<ffi::F32> vs,
-                              int64_t block_size, bool decay, int64_t threads) {
+// The codes and scales only (aliased, in place): the optax transform's update u is XLA's.
+ffi::Error Adam8bitStateImpl(ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::S8> mc_in,
+                             ffi::Buffer<ffi::U8> vc_in, ffi::Buffer<ffi::F32> ms_in,
+                             ffi::Buffer<ffi::F32> vs_in, ffi::Buffer<ffi::F32> scalars,
+                             ffi::ResultBuffer<ffi::S8> mc, ffi::ResultBuffer<ffi::U8> vc,
+                             ffi::ResultBuffer<ffi::F32> ms, ffi::ResultBuffer<ffi::F32> vs,
+                             int64_t block_size, int64_t threads) {
   const int64_t n = g.element_count(), nb = ms_in.element_count();
   ffi::Error err = CheckShapes(n, block_size, nb, scalars.element_count());
   if (err.failure()) return err;
@@ -282,10 +283,8 @@ ffi::Error Adam8bitUpdateImpl(ffi::Buffer<ffi::F32> p, ffi::Buffer<ffi::F32> g,
   CopyIfNotAliased(vc->typed_data(), vc_in.typed_data(), n);
   CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
   CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
-  // p is read, never written (const_cast only to share the loop with the host step)
-  return Run<false>(n, block_size, decay, threads, scalars, g.typed_data(),
-                    const_cast<float*>(p.typed_data()), u->typed_data(), mc->typed_data(),
-                    vc->typed_data(), ms->typed_data(), vs->typed_data());
+  return Run<kState>(n, block_size, false, threads, scalars, g.typed_data(), nullptr, nullptr,
+                     mc->typed_data(), vc->typed_data(), ms->typed_data(), vs->typed_data());
 }
 
 }  // namespace
@@ -309,20 +308,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitCpu, Adam8bitImpl,
                                   .Attr<bool>("decay")
                                   .Attr<int64_t>("threads"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitUpdateCpu, Adam8bitUpdateImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitStateCpu, Adam8bitStateImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S8>>()
                                   .Arg<ffi::Buffer<ffi::U8>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<int64_t>("block_size")
-                                  .Attr<bool>("decay")
                                   .Attr<int64_t>("threads"));
