@@ -27,7 +27,7 @@ operands + results, a custom call's included, which is the state kernel's own tr
 the host step's kernel its own traffic, 18 B); Adam-state bytes per parameter. Below the table: the
 memory bandwidth measured here (a jitted copy) and each method's byte limit, the time its minimum
 traffic takes at that bandwidth (fp32 AdamW + clip + bf16 copy: read g for the norm, read p g m v,
-write p m v and the copy = 34 B; the 8-bit optax transform as it runs here = 32 B (see
+write p m v and the copy = 34 B; the 8-bit optax transform as it runs here = 28 B (see
 ``LIMIT_TRANSFORM``: the transform returns updates, so its work splits in two passes over g); the
 fused 8-bit update with the norm given: read p g and 2 code bytes, write p, 2 code bytes and the
 copy = 18 B, + 16 / block_size of scales).
@@ -64,9 +64,9 @@ TRANSFORM = "adamw_8bit dynamic8: optax transform (impl='auto' = 'native')"
 LIMIT_FP32 = 4 + 16 + 12 + 2
 LIMIT_8BIT = 4 + 1 + 1 + 4 + 1 + 1 + 4 + 2
 # the optax transform as it runs here (updates returned, then apply_updates): read g for the norm;
-# XLA's update fused into p + u: read p g mc vc, write p; the state kernel: read g mc vc, write
-# mc vc; the copy: read p, write bf16
-LIMIT_TRANSFORM = 4 + (4 + 4 + 1 + 1 + 4) + (4 + 1 + 1 + 1 + 1) + (4 + 2)
+# XLA's update fused into p + u and the copy: read p g mc vc, write p and the bf16 copy; the state
+# kernel: read g mc vc, write mc vc
+LIMIT_TRANSFORM = 4 + (4 + 4 + 1 + 1 + 4 + 2) + (4 + 1 + 1 + 1 + 1)
 
 
 def _num_mats(n: int) -> int:

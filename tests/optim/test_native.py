@@ -198,6 +198,54 @@ def test_accelerator_lowering_takes_the_xla_path_without_float8():
     assert "f8E4M3" not in gpu  # dynamic8 codes (int8/uint8), no float8 conversions
 
 
+def _random_tensor_state(rng, block_size):
+    """One tensor's gradient, params, codes and scales over many magnitudes (zeros included)."""
+    n = block_size * 1000
+    mag = 10.0 ** rng.uniform(-9, 0, n)
+    g = jnp.asarray(np.where(rng.random(n) < 0.05, 0.0, rng.standard_normal(n) * mag).astype(np.float32))
+    p = jnp.asarray(rng.standard_normal(n).astype(np.float32) * 0.02)
+    mu = jnp.asarray(rng.integers(-127, 128, n).astype(np.int8))
+    nu = jnp.asarray(np.where(rng.random(n) < 0.1, 0, rng.integers(0, 256, n)).astype(np.uint8))
+    nb = n // block_size
+    ms = jnp.asarray(np.where(rng.random(nb) < 0.05, 0.0, rng.random(nb) * 1e-4).astype(np.float32))
+    vs = jnp.asarray(np.where(rng.random(nb) < 0.05, 0.0, rng.random(nb) * 1e-7).astype(np.float32))
+    return g, p, mu, nu, ms, vs
+
+
+def _steps_info():
+    return [optim.begin_step(step, 0, jnp.float32(0.7 if step % 2 else 3.0), 1.0)[0] for step in range(3)]
+
+
+def _state_kernel_codes(g, p, state, block_size):
+    """3 steps of the transform's state kernel (``native.leaf_update``): [(mu, nu, ms, vs)]."""
+    out = []
+    for info in _steps_info():
+        fn = jax.jit(lambda s, g, p, info: native.leaf_update(
+            g, p, s[0], s[1], s[2], s[3], info, HP, block_size=block_size, decay=True)[1:])
+        state = fn(state, g, p, info)
+        out.append([np.asarray(x) for x in state])
+    return out
+
+
+def test_state_kernel_codes_equal_the_host_steps():
+    """The transform's state-only kernel entry writes the codes and scales of the host step's
+    entry bit for bit, step after step (one loop, two entry points)."""
+    rng = np.random.default_rng(1)
+    for block_size in (64, 100):
+        g, p, mu, nu, ms, vs = _random_tensor_state(rng, block_size)
+        state_codes = _state_kernel_codes(g, p, (mu, nu, ms, vs), block_size)
+        master = (p, mu, nu, ms, vs)
+        for info, got in zip(_steps_info(), state_codes, strict=True):
+            fn = jax.jit(lambda s, g, info: native.leaf_master_step(
+                s[0], g, s[1], s[2], s[3], s[4], info, HP, block_size=block_size, decay=True))
+            new_p, _, m1, v1, ms1, vs1 = fn((p, *master[1:]), g, info)  # same p: same codes
+            master = (new_p, m1, v1, ms1, vs1)
+            for name, a, b in zip(("mu", "nu", "mu_scales", "nu_scales"), got, master[1:]):
+                np.testing.assert_array_equal(a.view(np.uint8), np.asarray(b).view(np.uint8),
+                                              err_msg=f"{name} block {block_size}")
+        assert len(np.unique(state_codes[-1][0])) + len(np.unique(state_codes[-1][1])) > 300
+
+
 def test_avx512_code_estimates_equal_the_portable_loop(monkeypatch):
     """With AVX-512 the kernel estimates the codes' roots with 14-bit reciprocal roots; the exact
     midpoint test must still give the codes of the portable loop (full-precision roots) bit for
@@ -208,24 +256,18 @@ def test_avx512_code_estimates_equal_the_portable_loop(monkeypatch):
     import ctypes
     lib = ctypes.cdll.LoadLibrary(native._build(extra_flags=("-mno-avx512f",)))
     portable = "lazytrain_adam8bit_cpu_portable_test"
+    portable_state = "lazytrain_adam8bit_state_cpu_portable_test"
     jax.ffi.register_ffi_target(portable, jax.ffi.pycapsule(lib.LtAdam8bitCpu), platform="cpu")
+    jax.ffi.register_ffi_target(portable_state, jax.ffi.pycapsule(lib.LtAdam8bitStateCpu),
+                                platform="cpu")
     rng = np.random.default_rng(0)
     for block_size in (64, 100):  # 100: 6 groups of 16 lanes and 4 elements by the portable loop
-        n = block_size * 1000
-        mag = 10.0 ** rng.uniform(-9, 0, n)
-        g = jnp.asarray(np.where(rng.random(n) < 0.05, 0.0, rng.standard_normal(n) * mag).astype(np.float32))
-        p = jnp.asarray(rng.standard_normal(n).astype(np.float32) * 0.02)
-        mu = jnp.asarray(rng.integers(-127, 128, n).astype(np.int8))
-        nu = jnp.asarray(np.where(rng.random(n) < 0.1, 0, rng.integers(0, 256, n)).astype(np.uint8))
-        nb = n // block_size
-        ms = jnp.asarray(np.where(rng.random(nb) < 0.05, 0.0, rng.random(nb) * 1e-4).astype(np.float32))
-        vs = jnp.asarray(np.where(rng.random(nb) < 0.05, 0.0, rng.random(nb) * 1e-7).astype(np.float32))
+        g, p, mu, nu, ms, vs = _random_tensor_state(rng, block_size)
         outs = []
         for target in (native.TARGET, portable):
             monkeypatch.setattr(native, "TARGET", target)
             state = (p, mu, nu, ms, vs)
-            for step in range(3):
-                info, _, _ = optim.begin_step(step, 0, jnp.float32(0.7 if step % 2 else 3.0), 1.0)
+            for info in _steps_info():
                 fn = jax.jit(lambda s, g, info: native.leaf_master_step(
                     s[0], g, s[1], s[2], s[3], s[4], info, HP, block_size=block_size, decay=True))
                 new_p, copy, m1, v1, ms1, vs1 = fn(state, g, info)
@@ -235,3 +277,12 @@ def test_avx512_code_estimates_equal_the_portable_loop(monkeypatch):
         assert codes_used > 300, codes_used  # the codes span the range, not a few values
         for name, a, b in zip(("master", "mu", "nu", "mu_scales", "nu_scales", "copy"), *outs):
             np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8), err_msg=f"{name} block {block_size}")
+        # the state-only entry too
+        state_outs = []
+        for target in (native.STATE_TARGET, portable_state):
+            monkeypatch.setattr(native, "STATE_TARGET", target)
+            state_outs.append(_state_kernel_codes(g, p, (mu, nu, ms, vs), block_size))
+        for step, (a_step, b_step) in enumerate(zip(*state_outs, strict=True)):
+            for name, a, b in zip(("mu", "nu", "mu_scales", "nu_scales"), a_step, b_step):
+                np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8),
+                                              err_msg=f"state {name} step {step} block {block_size}")
