@@ -8,7 +8,7 @@
     per phase (tail, forward, head, backward).
 (d) serial / pipelined optimizer tail, measured.
 
-    python benchmarks/streaming_cpu.py [--layers 8 --hidden 1024 --batch 2 --seq 128 --repeats 3]
+    python benchmarks/streaming_cpu.py [--layers 8 --hidden 1024 --batch 2 --seq 256 --repeats 3]
 
 fp32 streaming throughout (the CPU has no fast bf16). Numbers on a shared machine are noisy: read
 the ratios, each the median over rounds that run the compared variants in turn (interleaved); in
@@ -96,7 +96,7 @@ def main():
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--depths", type=int, nargs=2, default=None, metavar=("WEIGHTS", "ACTS"),
                     help="(c) plays the plan at these prefetch depths (predictions recomputed)")
@@ -174,6 +174,11 @@ def main():
               f"without a memory limit {free.predicted_step_time_s:.3f} s = "
               f"{mega.predicted_step_time_s / free.predicted_step_time_s:.2f}x; the MILP under the budget: "
               f"{mega.predicted_step_time_s / milp.predicted_step_time_s:.2f}x predicted")
+        print(f"(b) budget {budget / 1e6:.1f} MB = {args.budget_slack:.2f} x megatrain(K=4)'s peak "
+              f"{mega.predicted_peak_device_bytes / 1e6:.1f} MB; the best plan without a limit needs "
+              f"{free.predicted_peak_device_bytes / 1e6:.1f} MB"
+              + (" (does not fit: the budget forces trade-offs)" if free.predicted_peak_device_bytes > budget
+                 else " (fits: no trade-off forced; lower --budget-slack)"))
     num_engines = len(engines)
     engines.clear()
     e = None
