@@ -144,8 +144,9 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
         ``AdamW8bitConfig.decay_mask(params)``); static. Not both.
       impl: as in ``adamw_8bit``: ``"auto"`` (default), ``"native"`` (the one-pass C++ kernel
         of ``native.py`` for fp32 masters with dynamic8 state, all cores; other tensors take the
-        XLA path) or ``"xla"``. With the transform's ``impl`` the results equal its update bit
-        for bit; native and xla agree to fp32 rounding.
+        XLA path) or ``"xla"``. With ``"xla"`` here and in the transform the results equal the
+        transform's update bit for bit; the native kernel computes the update itself, so it agrees
+        with the transform (whose update is XLA's) to fp32 rounding.
 
     Returns:
       ``(new_master, new_copy, new_moments)``.
