@@ -65,7 +65,7 @@ LIMIT_FP32 = 4 + 16 + 12 + 2
 LIMIT_8BIT = 4 + 1 + 1 + 4 + 1 + 1 + 4 + 2
 # the optax transform as it runs here (updates returned, then apply_updates): read g for the norm;
 # XLA's update fused into p + u and the copy: read p g mc vc, write p and the bf16 copy; the state
-# kernel: read g mc vc, write mc vc
+# kernel: read g mc vc, write mc vc (+ scales: read by both, written by the kernel: 24 / block_size)
 LIMIT_TRANSFORM = 4 + (4 + 4 + 1 + 1 + 4 + 2) + (4 + 1 + 1 + 1 + 1)
 
 
@@ -406,7 +406,7 @@ def main() -> None:
         t_opt = rows[OPTAX][0]
         print(f"\nmemory bandwidth here (jitted in-place scale, read + write): {bw / 1e9:.1f} GB/s")
         for label, limit in (("fp32 AdamW + clip + copy", LIMIT_FP32),
-                             ("8-bit optax transform as split here", LIMIT_TRANSFORM + 32 / 256),
+                             ("8-bit optax transform as split here", LIMIT_TRANSFORM + 24 / 256),
                              ("fused 8-bit, norm given", LIMIT_8BIT + 16 / 256)):
             t = limit * num_params / bw
             print(f"byte limit, {label}: {limit:.1f} B/param -> {t * 1e3:.1f} ms "

@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lazytrain_jax.optim import blockwise as q
+from lazytrain_jax.optim import blockwise as q, kernel
 from lazytrain_jax.optim.kernel import AdamHyperparams, StepInfo
 
 TARGET = "lazytrain_adam8bit_cpu"  # the host step: master in place + bf16 copy
@@ -214,8 +214,6 @@ def leaf_update(g, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *
       >>> u, mu, nu, mu_s, nu_s = leaf_update(g, p, mu, nu, mu_s, nu_s, info, hp, block_size=256,
       ...                                     decay=True)
     """
-    from lazytrain_jax.optim import kernel  # kernel imports this module lazily
-
     nb = mu_s.shape[0]
     g32 = g.astype(jnp.float32)
     u = kernel.leaf_direction(g32, p, mu, nu, mu_s, nu_s, info, hp, block_size=block_size,

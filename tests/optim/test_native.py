@@ -218,12 +218,25 @@ def _steps_info():
 
 def _state_kernel_codes(g, p, state, block_size):
     """3 steps of the transform's state kernel (``native.leaf_update``): [(mu, nu, ms, vs)]."""
+    fn = jax.jit(lambda s, g, p, info: native.leaf_update(
+        g, p, s[0], s[1], s[2], s[3], info, HP, block_size=block_size, decay=True)[1:])
     out = []
     for info in _steps_info():
-        fn = jax.jit(lambda s, g, p, info: native.leaf_update(
-            g, p, s[0], s[1], s[2], s[3], info, HP, block_size=block_size, decay=True)[1:])
         state = fn(state, g, p, info)
         out.append([np.asarray(x) for x in state])
+    return out
+
+
+def _host_steps(g, state, block_size):
+    """3 steps of the host step's kernel (``native.leaf_master_step``) from ``state`` = (master,
+    mu, nu, ms, vs): [(master, mu, nu, ms, vs, copy)] after each."""
+    fn = jax.jit(lambda s, g, info: native.leaf_master_step(
+        s[0], g, s[1], s[2], s[3], s[4], info, HP, block_size=block_size, decay=True))
+    out = []
+    for info in _steps_info():
+        new_p, copy, m1, v1, ms1, vs1 = fn(state, g, info)
+        state = (new_p, m1, v1, ms1, vs1)
+        out.append([np.asarray(x) for x in (*state, copy)])
     return out
 
 
@@ -234,15 +247,11 @@ def test_state_kernel_codes_equal_the_host_steps():
     for block_size in (64, 100):
         g, p, mu, nu, ms, vs = _random_tensor_state(rng, block_size)
         state_codes = _state_kernel_codes(g, p, (mu, nu, ms, vs), block_size)
-        master = (p, mu, nu, ms, vs)
-        for info, got in zip(_steps_info(), state_codes, strict=True):
-            fn = jax.jit(lambda s, g, info: native.leaf_master_step(
-                s[0], g, s[1], s[2], s[3], s[4], info, HP, block_size=block_size, decay=True))
-            new_p, _, m1, v1, ms1, vs1 = fn((p, *master[1:]), g, info)  # same p: same codes
-            master = (new_p, m1, v1, ms1, vs1)
-            for name, a, b in zip(("mu", "nu", "mu_scales", "nu_scales"), got, master[1:]):
-                np.testing.assert_array_equal(a.view(np.uint8), np.asarray(b).view(np.uint8),
-                                              err_msg=f"{name} block {block_size}")
+        host = _host_steps(g, (p, mu, nu, ms, vs), block_size)  # codes do not depend on p
+        for step, (got, ref) in enumerate(zip(state_codes, host, strict=True)):
+            for name, a, b in zip(("mu", "nu", "mu_scales", "nu_scales"), got, ref[1:5]):
+                np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8),
+                                              err_msg=f"{name} step {step} block {block_size}")
         assert len(np.unique(state_codes[-1][0])) + len(np.unique(state_codes[-1][1])) > 300
 
 
@@ -266,13 +275,7 @@ def test_avx512_code_estimates_equal_the_portable_loop(monkeypatch):
         outs = []
         for target in (native.TARGET, portable):
             monkeypatch.setattr(native, "TARGET", target)
-            state = (p, mu, nu, ms, vs)
-            for info in _steps_info():
-                fn = jax.jit(lambda s, g, info: native.leaf_master_step(
-                    s[0], g, s[1], s[2], s[3], s[4], info, HP, block_size=block_size, decay=True))
-                new_p, copy, m1, v1, ms1, vs1 = fn(state, g, info)
-                state = (new_p, m1, v1, ms1, vs1)
-            outs.append([np.asarray(x) for x in (*state, copy)])
+            outs.append(_host_steps(g, (p, mu, nu, ms, vs), block_size)[-1])
         codes_used = len(np.unique(outs[0][1])) + len(np.unique(outs[0][2]))
         assert codes_used > 300, codes_used  # the codes span the range, not a few values
         for name, a, b in zip(("master", "mu", "nu", "mu_scales", "nu_scales", "copy"), *outs):

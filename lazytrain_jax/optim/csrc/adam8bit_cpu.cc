@@ -135,7 +135,7 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
     uint16_t* __restrict__ cb = kMode == kMaster ? static_cast<uint16_t*>(out) + o : nullptr;
     int8_t* __restrict__ mb = mc + o;
     uint8_t* __restrict__ vb = vc + o;
-    if (s.apply == 0.0f) {  // skipped step: only the copy (or a zero update) is written
+    if (s.apply == 0.0f) {  // skipped step: codes and scales kept; the host step writes the copy
       if constexpr (kMode == kMaster) {
         for (int64_t i = 0; i < bs; ++i) cb[i] = to_bf16(pb[i]);
       }
