@@ -55,6 +55,7 @@ code is split into ``build`` (the model), ``lp_bound`` (its relaxation), ``solve
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import math
@@ -70,6 +71,20 @@ from lazytrain_jax.schedule.plan import Plan
 DEFAULT_REL_GAP = 1e-2
 DEFAULT_MAX_NODES = 300
 MILP_DEPTHS = ((1, 1), (2, 1), (1, 2), (2, 2))   # (weight_prefetch_depth, act_prefetch_depth)
+
+
+class _Model(mip.Model):
+    """A python-mip model that also keeps each constraint's expression as it is added: the LP
+    relaxation reads its rows from here (reading them back from CBC costs as much as building)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rows = []
+
+    def add_constr(self, lin_expr, name="", priority=None):
+        constr = super().add_constr(lin_expr, name, priority)
+        self.rows.append(lin_expr)
+        return constr
 
 
 @dataclasses.dataclass
@@ -133,7 +148,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     budget = hardware.device_memory
     slack = budget - base_mem
 
-    m = mip.Model(sense=mip.MINIMIZE, solver_name="CBC")
+    m = _Model(sense=mip.MINIMIZE, solver_name="CBC")
     m.verbose = 1 if verbose else 0
     m.threads = 1
     xs = mip.xsum
@@ -490,8 +505,8 @@ def _highs_lp(m: mip.Model) -> float | None:
         return None
     num_vars = m.num_cols
     parts = {"ub": ([], [], [], []), "eq": ([], [], [], [])}  # rows, cols, values, right-hand sides
-    for constr in m.constrs:
-        expr = constr.expr
+    exprs = m.rows if isinstance(m, _Model) and len(m.rows) == m.num_rows else (c.expr for c in m.constrs)
+    for expr in exprs:
         sign = -1.0 if expr.sense == ">" else 1.0
         rows, cols, vals, rhs = parts["eq" if expr.sense == "=" else "ub"]
         r = len(rhs)
@@ -598,6 +613,13 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     S = max(1, min(max_segment_length, L))
     K = max(0, min(max_resident_tail, L))
     found = None
+    union_lp = None
+    if rel_gap > 0 and len(depths) > 1 and (search_evaluations >= 0 or warm_start is not None):
+        # one LP for all depth pairs, solved while the search runs: HiGHS releases the GIL, and
+        # the search's plan is checked against it below
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        union_lp = pool.submit(lambda: timed_lp(build(costs, hardware, union=True, **kw)))
+        pool.shutdown(wait=False)
     if search_evaluations >= 0:
         t = time.perf_counter()
         found = search.heuristic_plan(costs, hardware, max_segment_length=S, max_resident_tail=K,
@@ -609,9 +631,9 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         warm_start = None  # outside the space asked for
     starts = [q for q in (_at_depths(p, dw, da) for p in (found, warm_start) for dw, da in depths) if q is not None]
     incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
-    if incumbent is not None and rel_gap > 0 and len(depths) > 1:
+    if incumbent is not None and union_lp is not None:
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed
-        union = timed_lp(build(costs, hardware, union=True, **kw))
+        union = union_lp.result()
         value = incumbent.predicted_step_time_s
         if (cutoff is None or value < cutoff) and value - union <= rel_gap * value:
             stats["proof"] = "union_lp"

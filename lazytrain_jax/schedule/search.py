@@ -23,6 +23,8 @@ The result is handed to CBC as ``model.start``; CBC then only has to close the (
 
 from __future__ import annotations
 
+import itertools
+
 from lazytrain_jax.schedule import memory, steps
 from lazytrain_jax.schedule.plan import Plan
 
@@ -136,13 +138,40 @@ class FastModel:
         item (the step model's fluid schedule). Where the host's cores compute
         (``Hardware.host_shares_device``) the optimizer adds its seconds due to the window's other
         loads and never works ahead."""
+        return self._forward(base)[0]
+
+    def _forward(self, base):
+        """(total, done, prefix): the optimizer's seconds done after each forward window and the
+        windows' running sums (what :meth:`_forward_changed` restarts from)."""
         done = total = 0.0
         end = self.opt_due[-1]
+        dones, prefix = [], [0.0]
         for k in range(self.F):
             busy = base[k] if self.shared else 0.0
             t = max(base[k], busy + self.opt_due[k] - done)
             done = min(end, done + t - busy)
             total += t
+            dones.append(done)
+            prefix.append(total)
+        return total, dones, prefix
+
+    def _forward_changed(self, st, changed) -> float:
+        """``forward_total`` with the windows in ``changed`` ({index: length}) replaced: restarts
+        from the first changed window and stops once the optimizer's progress is back on the old
+        track (from there every window is as before)."""
+        wc, dones, prefix = st["wc"], st["fdone"], st["fprefix"]
+        k0, k1 = min(changed), max(changed)
+        done = dones[k0 - 1] if k0 else 0.0
+        total = prefix[k0]
+        end = self.opt_due[-1]
+        for k in range(k0, self.F):
+            b = changed.get(k, wc[k])
+            busy = b if self.shared else 0.0
+            t = max(b, busy + self.opt_due[k] - done)
+            done = min(end, done + t - busy)
+            total += t
+            if k >= k1 and done == dones[k]:
+                return total + (prefix[-1] - prefix[k + 1])
         return total
 
     def state(self, tiers, keep, k):
@@ -164,8 +193,9 @@ class FastModel:
                 pos_b[l] = end - (e - s) + off
         ws = {s: self._seg_ws(s, e, tiers) for s, (_, _, e) in block.items()}
         top = sorted(((v, key) for key, v in ws.items()), reverse=True)[:3]  # a move replaces at most 2
-        fwd, bwd = self.forward_total(wc), sum(wc[self.F:])
-        return dict(tiers=tiers, keep=keep, k=k, seq=seq, wc=wc, fwd=fwd, bwd=bwd, total=fwd + bwd, block=block,
+        (fwd, fdone, fprefix), bwd = self._forward(wc), sum(wc[self.F:])
+        return dict(tiers=tiers, keep=keep, k=k, seq=seq, wc=wc, fwd=fwd, fdone=fdone, fprefix=fprefix, bwd=bwd,
+                    total=fwd + bwd, block=block,
                     pos_b=pos_b, ws=ws,
                     ws_top=top,
                     dev=sum(self.A[i] for i in range(1, self.L) if tiers[i] == "device"),
@@ -214,10 +244,8 @@ class FastModel:
         F = self.F
         new = {j: self.window(seq2, j, new_tiers) for j in new_idx}
         bwd = st["bwd"] - sum(wc[j] for j in old_idx if j >= F) + sum(v for j, v in new.items() if j >= F)
-        if any(j < F and v != wc[j] for j, v in new.items()):
-            fwd = self.forward_total([new.get(j, wc[j]) for j in range(F)])
-        else:
-            fwd = st["fwd"]
+        changed = {j: v for j, v in new.items() if j < F and v != wc[j]}
+        fwd = self._forward_changed(st, changed) if changed else st["fwd"]
         total = fwd + bwd
         ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
         dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
@@ -244,6 +272,28 @@ class FastModel:
         total = st["total"] - st["wc"][pos] + self.window(seq2, pos, st["tiers"])  # a backward window
         peak = self.peak_of(st) + (-self.R[l] if keep[l] else self.R[l])
         return total, peak
+
+    def try_keep(self, st, l, value):
+        """(step time, device peak, host bytes) after setting ``keep[l]`` to ``value`` (False, True
+        or ``"host"``), without rebuilding: the forward item that sends layer l's residuals down,
+        its backward item (compute, residuals up) and the windows that read them."""
+        keep = st["keep"][:]
+        keep[l] = value
+        seq = st["seq"][:]
+        f, b = 3 + l, st["pos_b"][l]
+        on_host = self.R[l] if value == "host" else 0.0
+        seq[f] = seq[f][:6] + (on_host,) + seq[f][7:]
+        c = self.bwd[l + 1] if value else self.bwd_rc[l + 1]
+        seq[b] = (c,) + seq[b][1:7] + (on_host,)
+        wc, F = st["wc"], self.F
+        new = {j: self.window(seq, j, st["tiers"]) for j in (f + 1, b - 1, b) if 0 <= j < len(seq)}
+        bwd = st["bwd"] + sum(v - wc[j] for j, v in new.items() if j >= F)
+        changed = {j: v for j, v in new.items() if j < F and v != wc[j]}
+        fwd = self._forward_changed(st, changed) if changed else st["fwd"]
+        res = self.residual_bytes(keep)
+        peak = self.peak_of(st) - st["res"] + res
+        host = self.host_bytes(st["tiers"], keep)
+        return fwd + bwd, peak, host
 
     def step_time(self, tiers, keep, k) -> float:
         """Equals ``timing.step_time`` (pipelined optimizer) for the plan (tiers, keep, k)."""
@@ -503,15 +553,12 @@ def _toggle_residuals(fm, st, l):
     return fm.state(st["tiers"], keep, st["k"])
 
 
-def _host_residual_moves(fm, st, l):
-    """States with layer ``l``'s residuals moved to or from the host (evaluated in full; lazily)."""
+def _host_residual_values(fm, st, l):
+    """The values ``keep[l]`` may move to that involve the host (to it, or back from it)."""
     cur = st["keep"][l]
-    if not fm.off_ok[l] and cur != "host":
-        return
-    for value in (("host",) if cur != "host" else (True, False)):
-        keep = st["keep"][:]
-        keep[l] = value
-        yield fm.state(st["tiers"], keep, st["k"])
+    if cur == "host":
+        return (True, False)
+    return ("host",) if fm.off_ok[l] else ()
 
 
 def _apply_tier(fm, st, i, t):
@@ -627,8 +674,80 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False,
     return st["tiers"], st["keep"], st["k"]
 
 
+def _room_moves(fm, st, evals, better):
+    """A kept residual paid for with several boundaries moved off the device: the first such
+    compound move that improves ``st`` (a state), or None.
+
+    A residual worth keeping may need the room of many boundaries (a 27B layer's residuals weigh
+    about 15 of its boundaries), which no single or pair move frees. The boundaries' moves are
+    ranked once, by added seconds per device byte freed in ``st``; each candidate residual then
+    takes them in that order until the plan fits, and the whole plan is evaluated once.
+    """
+    budget = fm.hw.device_memory
+    peak0 = fm.peak_of(st)
+    gains = []
+    for l in range(fm.L):
+        if st["keep"][l] is False and fm.res_ok[l] and evals.spend():
+            total, peak = fm.try_res(st, l)
+            if peak > budget and better(total):
+                gains.append((total - st["total"], l, peak - budget))
+    if not gains:
+        return None
+    ranked = []
+    for i in range(1, fm.L):
+        if st["tiers"][i] != "device":
+            continue
+        for t in _tier_options(fm, i):
+            if t != "device" and _tier_move_ok(fm, st, i, t) and evals.spend():
+                total, peak = fm.try_tier(st, i, t)
+                if peak < peak0:
+                    ranked.append((max(total - st["total"], 0.0) / (peak0 - peak), i, t))
+    # equal costs (a boundary's transfer hidden under the window's other work) are common: one
+    # order spends host memory first, the other NVMe first (host memory then stays for staging)
+    orders = [sorted(ranked), sorted(ranked, key=lambda z: (z[0], z[2] != "nvme", z[1]))]
+    for _, l, need in sorted(gains):
+        keep = st["keep"][:]
+        keep[l] = True
+        best = None
+        for order in orders:
+            tiers = _make_room(fm, st, order, need)
+            if tiers is None or not evals.spend(8):
+                continue
+            other = fm.state(tiers, keep, st["k"])
+            if fm.peak_of(other) <= budget and fm.host_bytes(tiers, keep) <= fm.hw.host_memory \
+                    and fm.nvme_bytes(tiers) <= fm.hw.nvme_memory and better(other["total"]) \
+                    and (best is None or (other["total"], other["host"]) < (best["total"], best["host"])):
+                best = other  # on a tie, the one leaving host memory free (NVMe staging, more room)
+        if best is not None:
+            return best
+        if evals.spent:
+            break
+    return None
+
+
+def _make_room(fm, st, ranked, need):
+    """``st``'s tiers with the boundary moves of ``ranked`` taken in order (within the space and
+    the host/NVMe capacities) until ``need`` device bytes are freed; None if they do not free it."""
+    probe = dict(tiers=st["tiers"][:], host=st["host"], nvme=st["nvme"], num_nvme=st["num_nvme"])
+    freed, moved = 0.0, set()
+    for _, i, t in ranked:
+        if freed >= need:
+            break
+        if i in moved or not _tier_move_ok(fm, probe, i, t):
+            continue
+        a = fm.A[i]
+        probe["host"] += a if t == "host" else 0.0
+        probe["nvme"] += a if t == "nvme" else 0.0
+        probe["num_nvme"] += t == "nvme"
+        probe["tiers"][i] = t
+        moved.add(i)
+        freed += a if t != "drop" else 0.0
+    return probe["tiers"] if freed >= need else None
+
+
 def _local_search(fm, sol, evals):
-    """First-improvement local search: tier changes, residual toggles, tail steps, then pair moves
+    """First-improvement local search: tier changes, residual toggles, tail steps, then compound
+    moves (a residual kept with the room it needs, see :func:`_room_moves`), then pair moves
     (two tier changes, or a tier change with a residual toggle) when no single move helps."""
     budget = fm.hw.device_memory
     st = fm.state(*sol)
@@ -651,11 +770,13 @@ def _local_search(fm, sol, evals):
                 total, peak = fm.try_res(st, l)
                 if peak <= budget and better(total):
                     st, moved = _toggle_residuals(fm, st, l), True
-            for other in _host_residual_moves(fm, st, l):
+            for value in _host_residual_values(fm, st, l):
                 if evals.spend():
-                    if fm.peak_of(other) <= budget and fm.host_bytes(other["tiers"], other["keep"]) <= \
-                            fm.hw.host_memory and better(other["total"]):
-                        st, moved = other, True
+                    total, peak, host = fm.try_keep(st, l, value)
+                    if peak <= budget and host <= fm.hw.host_memory and better(total):
+                        keep = st["keep"][:]
+                        keep[l] = value
+                        st, moved = fm.state(st["tiers"], keep, st["k"]), True
                         break
         for kk in (st["k"] - 1, st["k"] + 1):
             if 0 <= kk <= fm.K:
@@ -663,6 +784,10 @@ def _local_search(fm, sol, evals):
                 if fm.peak_of(other) <= budget and better(other["total"]):
                     st, moved = other, True
         if moved:
+            continue
+        better_st = _room_moves(fm, st, evals, better)
+        if better_st is not None:
+            st = better_st
             continue
         # pair moves: first change (any, even worsening or over budget), then a repairing second one
         for i in range(1, L):
