@@ -47,6 +47,15 @@ def test_incremental_models_equal_timing_and_memory(num_layers, shared):
         total, peak = fm.try_res(st, l)
         assert total == pytest.approx(timing.step_time(costs, hw, _probe(tiers, toggled, k)), rel=1e-12)
         assert peak == pytest.approx(memory.device_peak_bytes(costs, hw, _probe(tiers, toggled, k)), rel=1e-12)
+        # any residual decision, host included (try_keep): time, device peak and host bytes
+        l = rng.randrange(L)
+        for value in (False, True) + (("host",) if fm.off_ok[l] else ()):
+            changed = keep[:l] + [value] + keep[l + 1:]
+            total, peak, host = fm.try_keep(st, l, value)
+            assert total == pytest.approx(timing.step_time(costs, hw, _probe(tiers, changed, k)), rel=1e-12)
+            assert peak == pytest.approx(memory.device_peak_bytes(costs, hw, _probe(tiers, changed, k)), rel=1e-12)
+            assert host == pytest.approx(fm.host_bytes(tiers, changed), rel=1e-12)
+            assert host == pytest.approx(memory.host_peak_bytes(costs, _probe(tiers, changed, k)), rel=1e-12)
 
 
 def test_search_plan_is_in_the_milp_space_and_near_optimal():
@@ -60,7 +69,9 @@ def test_search_plan_is_in_the_milp_space_and_near_optimal():
     assert (found.weight_prefetch_depth, found.act_prefetch_depth) == (1, 1)
     exact = milp.solve(costs, hw, rel_gap=0.0, search_evaluations=-1, depths=[(1, 1)])
     assert exact.predicted_step_time_s <= found.predicted_step_time_s + 1e-9
-    assert found.predicted_step_time_s <= exact.predicted_step_time_s * 1.01
+    # each kept residual here needs the room of ~14 boundaries moved to host/NVMe at once: without
+    # the compound move (search._room_moves) the search ended 0.44 % above the optimum
+    assert found.predicted_step_time_s <= exact.predicted_step_time_s * 1.001
     # the default solve (heuristic start, root-LP stop) is within its reported gap of the optimum
     quick = milp.solve(costs, hw, rel_gap=1e-2, depths=[(1, 1)])
     assert quick.predicted_step_time_s <= exact.predicted_step_time_s * (1 + quick.gap) + 1e-9
