@@ -579,7 +579,9 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         seconds, bound the work, so the same input gives the same plan whatever the machine load
         (as long as ``time_limit_s``, a safety net, is not reached first).
       residual_offload: whether kept residuals may live on the host (``Plan.offload_residuals``).
-      stats: if a dict, filled with where the seconds went: ``search_s``, ``lp_s`` (LP relaxations,
+      stats: if a dict, filled with where the seconds went: ``search_s`` (the search at depths
+        (1, 1), and again for a depth pair whose LP leaves room for a better plan, with the deeper
+        buffers' bytes held back), ``lp_s`` (LP relaxations,
         ``lp_solves`` of them), ``cbc_s`` (branch and bound, ``cbc_runs`` of them) and ``proof``
         (``union_lp``: one LP for every depth pair proved the gap; ``depth_lps``: each depth pair's LP
         did; ``cbc``: CBC branched).
@@ -653,6 +655,17 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             if limit is not None and lp >= limit * (1 - rel_gap):
                 best_bound = min(best_bound, lp)
                 continue  # nothing at these depths beats the best by more than the tolerance
+            if search_evaluations >= 0 and (dw, da) != (1, 1):
+                # a better plan may exist here: search again, with the room of the deeper buffers
+                # held back, for a start that fits at these depths
+                t = time.perf_counter()
+                q = _at_depths(_search_for_depths(costs, hardware, dw, da, S, K, search_evaluations,
+                                                  residual_offload), dw, da)
+                stats["search_s"] += time.perf_counter() - t
+                if q is not None and (limit is None or q.predicted_step_time_s < limit) and (
+                        start_plan is None or q.predicted_step_time_s < start_plan.predicted_step_time_s):
+                    start_plan, start = q, _start_values(q, built)
+                    built.model.start = start
             value = start_plan.predicted_step_time_s if start else None
             if start and (limit is None or value < limit) and value - lp <= rel_gap * value:
                 # the root LP bound already proves the start within rel_gap: what CBC would
@@ -699,6 +712,27 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None
     return status.name.lower()
+
+
+def _search_for_depths(costs, hardware, dw, da, max_segment_length, max_resident_tail, evaluations,
+                       residual_offload) -> Plan | None:
+    """The search's plan (made at depths (1, 1)) for depths (dw, da): found with the device
+    budget lowered by the bytes the deeper buffers add, so that it still fits there (None for
+    (1, 1), or when nothing fits)."""
+    if (dw, da) == (1, 1):
+        return None
+    extra = (sum(memory.constant_bytes(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da).values())
+             - sum(memory.constant_bytes(costs, hardware).values()))
+    if extra <= 0 or hardware.device_memory - extra <= hardware.device_margin:  # nothing fits there
+        return None
+    found = search.heuristic_plan(costs, hardware.replace(device_memory=hardware.device_memory - extra),
+                                  max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                                  max_evaluations=evaluations, residual_offload=residual_offload)
+    if found is None:
+        return None
+    return Plan.create(costs, hardware, name=found.name, boundary_tiers=found.boundary_tiers,
+                       keep_residuals=found.keep_residuals, offload_residuals=found.offload_residuals,
+                       resident_tail=found.resident_tail)
 
 
 def _at_depths(plan: Plan | None, dw: int, da: int) -> Plan | None:

@@ -146,3 +146,20 @@ def test_cbc_stopped_before_its_start_still_returns_the_start():
     assert p is not None and p.fits() and p.predicted_step_time_s <= found.predicted_step_time_s + 1e-12
     assert stats["proof"] == "cbc" and stats["cbc_runs"] >= 1  # the LPs do not prove this start
     assert p.solver_status == "feasible" and p.gap > 1e-2
+
+
+def test_deeper_prefetch_gets_its_own_search_start():
+    """The search plans at depths (1, 1); its plan may not fit with a deeper prefetch's buffers.
+    Searching again with their room held back gives a start that fits at (2, 1) and beats every
+    (1, 1) plan the search found, and the solve returns at least as good a plan."""
+    hw = Hardware.preset("a100-80g", host_opt_rate=2e10, device_memory=55e9)
+    # layers timed at an H800's rate on an A100's memory and links: transfer-bound (benchmarks/planner.py)
+    costs = analytic_costs(get_preset("qwen2.5-14b", num_layers=16), batch_size=32, seq_len=1024,
+                           device_flops=Hardware.preset("h800").device_flops, num_micro_batches=4)
+    shallow = search.heuristic_plan(costs, hw)
+    assert milp._at_depths(shallow, 2, 1) is None  # does not fit with a second weight buffer
+    deeper = milp._at_depths(milp._search_for_depths(costs, hw, 2, 1, 8, 8, search.DEFAULT_EVALUATIONS, True), 2, 1)
+    assert deeper is not None and deeper.fits()
+    assert deeper.predicted_step_time_s < shallow.predicted_step_time_s * (1 - 1e-3)
+    solved = milp.solve(costs, hw)
+    assert solved.predicted_step_time_s <= deeper.predicted_step_time_s + 1e-9
