@@ -61,6 +61,7 @@ import dataclasses
 import math
 import os
 import sys
+import threading
 import time
 
 import mip
@@ -633,9 +634,9 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         warm_start = None  # outside the space asked for
     starts = [q for q in (_at_depths(p, dw, da) for p in (found, warm_start) for dw, da in depths) if q is not None]
     incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
-    if incumbent is not None and union_lp is not None:
+    union = union_lp.result() if union_lp is not None else None  # always joined: CBC is not shared
+    if incumbent is not None and union is not None:
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed
-        union = union_lp.result()
         value = incumbent.predicted_step_time_s
         if (cutoff is None or value < cutoff) and value - union <= rel_gap * value:
             stats["proof"] = "union_lp"
@@ -789,7 +790,18 @@ def _start_values(plan, built: Built):
 
 @contextlib.contextmanager
 def _quiet_stdout():
-    """CBC's LP relaxation prints to the C-level stdout even with verbose=0: silence fd 1."""
+    """CBC's LP relaxation prints to the C-level stdout even with verbose=0: silence fd 1.
+
+    One at a time (a lock): two overlapping redirections, one in the thread that solves the union
+    LP, would restore each other's saved descriptor and leave fd 1 on /dev/null for good."""
+    with _STDOUT_LOCK:
+        yield from _redirect_stdout()
+
+
+_STDOUT_LOCK = threading.RLock()
+
+
+def _redirect_stdout():
     sys.stdout.flush()
     saved = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)

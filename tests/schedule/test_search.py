@@ -163,3 +163,20 @@ def test_deeper_prefetch_gets_its_own_search_start():
     assert deeper.predicted_step_time_s < shallow.predicted_step_time_s * (1 - 1e-3)
     solved = milp.solve(costs, hw)
     assert solved.predicted_step_time_s <= deeper.predicted_step_time_s + 1e-9
+
+
+def test_stdout_survives_the_union_lp_thread(monkeypatch):
+    """The LP for all depth pairs runs in a thread beside the search, and CLP's output is silenced
+    by pointing fd 1 at /dev/null. With no search plan the per-depth models follow at once; two
+    overlapping redirections used to leave fd 1 on /dev/null for the rest of the process."""
+    import os
+    hw = Hardware.preset("rtx3090")
+    costs = analytic_costs(get_preset("qwen2.5-3b", num_layers=8), batch_size=8, seq_len=1024,
+                           device_flops=hw.device_flops)
+    before = os.fstat(1)
+    monkeypatch.setattr(search, "heuristic_plan", lambda *a, **k: None)
+    for _ in range(3):
+        plan = milp.solve(costs, hw)
+        assert plan is not None and plan.fits()
+    after = os.fstat(1)
+    assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
