@@ -234,8 +234,9 @@ def test_milp_matches_enumeration_where_residuals_go_to_the_host(num_layers, see
 
 
 def test_lp_relaxation_same_optimum_in_highs_and_clp():
-    """The LP bound that proves gaps comes from HiGHS (falling back to CLP): both solvers must
-    agree on the relaxation's optimum, on the union model and on each depth pair's."""
+    """The LP bound that proves gaps comes from HiGHS' interior point (falling back to CLP): it
+    must be a valid bound on CLP's exact optimum and within the interior point's stopping gap of
+    it, on the union model and on each depth pair's."""
     rng = random.Random(11)
     for trial in range(8):
         costs, hw = random_instance(rng, rng.randint(4, 12))
@@ -245,4 +246,5 @@ def test_lp_relaxation_same_optimum_in_highs_and_clp():
         for kw in (dict(union=True), dict(weight_prefetch_depth=2, act_prefetch_depth=1), {}):
             highs = milp._relaxed(milp.build(costs, hw, **kw), solver="highs")
             clp = milp._relaxed(milp.build(costs, hw, **kw), solver="clp")
-            assert highs == pytest.approx(clp, rel=1e-7, abs=1e-9), (kw, highs, clp)
+            assert highs <= clp + 1e-9 * (1 + abs(clp)), (kw, highs, clp)
+            assert highs >= clp - 3 * milp.IPM_GAP * (1 + abs(clp)), (kw, highs, clp)
