@@ -53,7 +53,9 @@ def part_a():
     print("    search start has a fixed evaluation budget and CBC a node limit (same plan whatever the load, unless")
     print("    the 20 s per depth pair safety limit is reached); depth pairs (1,1),(2,1),(1,2),(2,2). Where the")
     print("    seconds went (last repeat): search, LP relaxations (count), CBC branching (runs), and what proved")
-    print("    the gap. Shared 2-core machine: times are noisy.")
+    print("    the gap. Shared 2-core machine: times are noisy. scipy's optimizer (the LP solver) is imported")
+    print("    before the first solve: that import takes 0.5-0.6 s here, once per process, in a process's first plan.")
+    import scipy.optimize  # noqa: F401
     h8 = h800()
     cases = [("dense-27b h800 b72 m8", lambda L: (costs("dense-27b", h8, 72, 8, num_layers=L), h8)),
              ("dense-27b 45GB opt4e9 b72 m8", lambda L: (costs("dense-27b", h8, 72, 8, num_layers=L),

@@ -498,12 +498,19 @@ def _relaxed(built: Built, *, solver: str = "auto") -> float:
 
 
 def _highs_lp(m: mip.Model) -> float | None:
-    """The LP relaxation of ``m`` (a minimisation) solved by HiGHS: its optimum, inf when
-    infeasible, None when HiGHS cannot say (or scipy is missing)."""
+    """The LP relaxation of ``m`` (a minimisation) solved by HiGHS: its optimum (a bound within
+    ``IPM_GAP`` below it), inf when infeasible, None when HiGHS cannot say (or scipy is missing)."""
+    arrays = _highs_arrays(m)
+    return None if arrays is None else _highs_solve(arrays)
+
+
+def _highs_arrays(m: mip.Model):
+    """``m``'s LP as scipy ``linprog`` arrays, ``(cost, args, objective constant)`` (None without
+    scipy). Reads the model: holds the interpreter, unlike :func:`_highs_solve`."""
     try:
         import numpy as np
         import scipy.sparse
-        from scipy.optimize import linprog
+        import scipy.optimize  # noqa: F401  (imported here, not in the solver's thread)
     except ImportError:
         return None
     num_vars = m.num_cols
@@ -523,9 +530,17 @@ def _highs_lp(m: mip.Model) -> float | None:
     cost = np.zeros(num_vars)
     for var, coef in m.objective.expr.items():
         cost[var.idx] = coef
-    bounds = [(v.lb, v.ub if v.ub < 1e30 else None) for v in m.vars]
-    args = dict(A_ub=mats["ub"][0], b_ub=mats["ub"][1], A_eq=mats["eq"][0], b_eq=mats["eq"][1], bounds=bounds,
-                method="highs-ipm")
+    lb = np.array([v.lb for v in m.vars], dtype=float)
+    ub = np.array([v.ub if v.ub < 1e30 else np.inf for v in m.vars], dtype=float)
+    args = dict(A_ub=mats["ub"][0], b_ub=mats["ub"][1], A_eq=mats["eq"][0], b_eq=mats["eq"][1],
+                bounds=np.stack([lb, ub], axis=1), method="highs-ipm")
+    return cost, args, float(m.objective.const)
+
+
+def _highs_solve(arrays) -> float | None:
+    """:func:`_highs_lp` on prepared arrays (HiGHS itself releases the interpreter lock)."""
+    from scipy.optimize import linprog
+    cost, args, const = arrays
     with warnings.catch_warnings():  # HiGHS options scipy does not list are passed on, with a warning
         warnings.simplefilter("ignore")
         # only a bound is needed: the interior point's own end (no crossover to a vertex, no
@@ -534,12 +549,12 @@ def _highs_lp(m: mip.Model) -> float | None:
                                                  ipm_optimality_tolerance=IPM_GAP))
     if res.status == 0 and res.fun is not None:
         fun = float(res.fun)
-        return fun - IPM_GAP * (1.0 + abs(fun)) + float(m.objective.const)
+        return fun - IPM_GAP * (1.0 + abs(fun)) + const
     if res.status == 2:
         return float("inf")
     res = linprog(cost, **args)  # HiGHS' defaults (crossover): exact vertex optimum
     if res.status == 0:
-        return float(res.fun) + float(m.objective.const)
+        return float(res.fun) + const
     if res.status == 2:
         return float("inf")
     return None
@@ -630,13 +645,23 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     S = max(1, min(max_segment_length, L))
     K = max(0, min(max_resident_tail, L))
     found = None
-    union_lp = None
+    union_built = union_lp = None
     if rel_gap > 0 and len(depths) > 1 and (search_evaluations >= 0 or warm_start is not None):
-        # one LP for all depth pairs, solved while the search runs: HiGHS releases the GIL, and
-        # the search's plan is checked against it below
-        pool = concurrent.futures.ThreadPoolExecutor(1)
-        union_lp = pool.submit(lambda: timed_lp(build(costs, hardware, union=True, **kw)))
-        pool.shutdown(wait=False)
+        # one LP for all depth pairs (its plan is checked against it below). Built here; a large
+        # one is then solved by HiGHS in a thread while the search runs (HiGHS releases the
+        # interpreter lock, building and reading the model do not)
+        t = time.perf_counter()
+        union_built = build(costs, hardware, union=True, **kw)
+        arrays = _highs_arrays(union_built.model) if union_built.model.num_nz >= HIGHS_MIN_NONZEROS else None
+        stats["lp_s"] += time.perf_counter() - t
+        if arrays is not None:
+            def timed_highs():
+                t = time.perf_counter()
+                value = _highs_solve(arrays)
+                return value, time.perf_counter() - t
+            pool = concurrent.futures.ThreadPoolExecutor(1)
+            union_lp = pool.submit(timed_highs)
+            pool.shutdown(wait=False)
     if search_evaluations >= 0:
         t = time.perf_counter()
         found = search.heuristic_plan(costs, hardware, max_segment_length=S, max_resident_tail=K,
@@ -648,7 +673,13 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         warm_start = None  # outside the space asked for
     starts = [q for q in (_at_depths(p, dw, da) for p in (found, warm_start) for dw, da in depths) if q is not None]
     incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
-    union = union_lp.result() if union_lp is not None else None  # always joined: CBC is not shared
+    union = None
+    if union_lp is not None:
+        union, seconds = union_lp.result()
+        stats["lp_s"] += seconds
+        stats["lp_solves"] += 1
+    if union_built is not None and union is None:  # a small model (CLP), or HiGHS could not say
+        union = timed_lp(union_built) if union_lp is None else _relaxed(union_built, solver="clp")
     if incumbent is not None and union is not None:
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed
         value = incumbent.predicted_step_time_s
