@@ -612,7 +612,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       stats: if a dict, filled with where the seconds went: ``search_s`` (the search at depths
         (1, 1), and again for a depth pair whose LP leaves room for a better plan, with the deeper
         buffers' bytes held back), ``lp_s`` (LP relaxations,
-        ``lp_solves`` of them), ``cbc_s`` (branch and bound, ``cbc_runs`` of them) and ``proof``
+        ``lp_solves`` of them; the LP for all depth pairs is solved while the search runs, so the
+        two overlap), ``cbc_s`` (branch and bound, ``cbc_runs`` of them) and ``proof``
         (``union_lp``: one LP for every depth pair proved the gap; ``depth_lps``: each depth pair's LP
         did; ``cbc``: CBC branched).
     Returns:
