@@ -362,12 +362,15 @@ def tree_update(grads, mu, nu, mu_s, nu_s, params, info: StepInfo, hp: AdamHyper
     flat = [treedef.flatten_up_to(t) for t in (mu, nu, mu_s, nu_s)]
     p_leaves = [None] * len(g_leaves) if params is None else treedef.flatten_up_to(params)
     d_leaves = [True] * len(g_leaves) if decay_mask is None else treedef.flatten_up_to(decay_mask)
+    fast_ok = [impl == "native" and native.supports(p, g, m, block_size=block_size, hp=hp)
+               for g, p, m in zip(g_leaves, p_leaves, flat[0])]
+    threads = iter(native.thread_shares([g.size for g, ok in zip(g_leaves, fast_ok) if ok]))
     outs = []
-    for g, p, m, v, ms, vs, d in zip(g_leaves, p_leaves, *flat, d_leaves):
+    for g, p, m, v, ms, vs, d, ok in zip(g_leaves, p_leaves, *flat, d_leaves, fast_ok):
         kw = dict(block_size=block_size, decay=bool(d))
         xla = functools.partial(leaf_update, info=info, hp=hp, **kw)
-        if impl == "native" and native.supports(p, g, m, block_size=block_size, hp=hp):
-            fast = functools.partial(native.leaf_update, info=info, hp=hp, **kw)
+        if ok:
+            fast = functools.partial(native.leaf_update, info=info, hp=hp, threads=next(threads), **kw)
             outs.append(native.on_cpu(fast, xla, g, p, m, v, ms, vs))
         else:
             outs.append(xla(g, p, m, v, ms, vs))

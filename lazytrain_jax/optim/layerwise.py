@@ -143,8 +143,8 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
       decay_mask: alternatively, a tree of Python bools matching ``master`` (the unit's slice of
         ``AdamW8bitConfig.decay_mask(params)``); static. Not both.
       impl: as in ``adamw_8bit``: ``"auto"`` (default), ``"native"`` (the one-pass C++ kernel
-        of ``native.py`` for fp32 masters with dynamic8 state, all cores; other tensors take the
-        XLA path) or ``"xla"``. With ``"xla"`` here and in the transform the results equal the
+        of ``native.py`` for fp32 masters with dynamic8 state, the cores shared between the
+        tensors, ``native.thread_shares``; other tensors take the XLA path) or ``"xla"``. With ``"xla"`` here and in the transform the results equal the
         transform's update bit for bit; the native kernel computes the update itself, so it agrees
         with the transform (whose update is XLA's) to fp32 rounding.
 
@@ -178,14 +178,17 @@ def _fused_layer_step(master, grads, moments, step, hp, *, block_size, copy_dtyp
     leaves = treedef.flatten_up_to(master)
     g_leaves = treedef.flatten_up_to(grads)
     state = [treedef.flatten_up_to(t) for t in moments]
+    fast_ok = [impl == "native" and native.supports(p, g, mu, block_size=block_size,
+                                                    copy_dtype=copy_dtype, hp=hp)
+               for p, g, mu in zip(leaves, g_leaves, state[0])]
+    threads = iter(native.thread_shares([p.size for p, ok in zip(leaves, fast_ok) if ok]))
     outs = []
-    for p, g, mu, nu, mu_s, nu_s, d in zip(leaves, g_leaves, *state, decay):
+    for p, g, mu, nu, mu_s, nu_s, d, ok in zip(leaves, g_leaves, *state, decay, fast_ok):
         xla = functools.partial(kernel.leaf_master_step, info=step, hp=hp,
                                 block_size=block_size, decay=d, copy_dtype=copy_dtype)
-        if impl == "native" and native.supports(p, g, mu, block_size=block_size,
-                                                copy_dtype=copy_dtype, hp=hp):
+        if ok:
             fast = functools.partial(native.leaf_master_step, info=step, hp=hp,
-                                     block_size=block_size, decay=d)
+                                     block_size=block_size, decay=d, threads=next(threads))
             outs.append(native.on_cpu(fast, xla, p, g, mu, nu, mu_s, nu_s))
         else:
             outs.append(xla(p, g, mu, nu, mu_s, nu_s))

@@ -130,6 +130,25 @@ def test_transform_native_matches_xla_and_runs_the_kernel():
     assert int(ns.count) == int(xs.count) == 3
 
 
+def test_cores_are_shared_between_a_programs_kernel_calls(monkeypatch):
+    """XLA runs a program's independent native calls side by side: each gets a share of the cores
+    in proportion to its elements (at least one), and the compiled calls carry those shares."""
+    monkeypatch.setattr(native.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert native.thread_shares([1 << 20] * 95) == [1] * 95
+    assert native.thread_shares([1 << 26]) == [8]
+    assert native.thread_shares([6 << 20, 1 << 20, 1 << 20]) == [6, 1, 1]
+    assert native.thread_shares([]) == []
+    params = lt.init_model("qwen3-debug").params
+    npar, ns, step = _transform_steps("native", params)
+    hlo = step.lower(npar, ns, _grads(params, 0, 1.0)).as_text()
+    calls = [line for line in hlo.splitlines() if native.STATE_TARGET in line]
+    shares = [int(t) for line in calls for t in re.findall(r"threads = (\d+)", line)]
+    sizes = [m.size for m in jax.tree.leaves(ns.mu) if m.dtype == jnp.int8]  # the 8-bit tensors
+    assert len(shares) == len(calls) == len(sizes) == 4 * 7
+    assert sorted(shares) == sorted(native.thread_shares(sizes))
+    assert 0 not in shares  # 0 would be "every core", for every call
+
+
 def test_auto_picks_the_kernel_for_the_host_step_and_the_transform():
     assert native.resolve_impl("auto") == "native"  # (this module runs only where it is built)
     assert native.resolve_impl("xla") == "xla"
