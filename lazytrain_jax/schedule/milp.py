@@ -482,9 +482,9 @@ def _relaxed(built: Built, *, solver: str = "auto") -> float:
     """The LP relaxation's optimum (inf if infeasible). ``solver="highs"``: HiGHS' interior point
     method (through scipy) on the model's rows, falling back to CLP if it does not end optimal or
     infeasible; ``"clp"``: CBC's LP solver; ``"auto"``: HiGHS from ``HIGHS_MIN_NONZEROS`` nonzeros
-    (about 40 layers) up. Same optimum (tested); HiGHS took 1.2 s where CLP took 7.1 s on a
-    128-layer model (10k rows, 66k nonzeros), CLP 0.2 s where HiGHS took 0.5 s on an easy
-    64-layer one."""
+    (about 40 layers) up. The same optimum, HiGHS' at most its stopping gap ``IPM_GAP`` below
+    (tested); HiGHS took 1.2 s where CLP took 7.1 s on a 128-layer model (10k rows, 66k
+    nonzeros), CLP 0.2 s where HiGHS took 0.5 s on an easy 64-layer one."""
     if solver == "auto":
         solver = "highs" if built.model.num_nz >= HIGHS_MIN_NONZEROS else "clp"
     if solver == "highs":
@@ -838,8 +838,9 @@ def _start_values(plan, built: Built):
 def _quiet_stdout():
     """CBC's LP relaxation prints to the C-level stdout even with verbose=0: silence fd 1.
 
-    One at a time (a lock): two overlapping redirections, one in the thread that solves the union
-    LP, would restore each other's saved descriptor and leave fd 1 on /dev/null for good."""
+    One at a time (a lock): two overlapping redirections from two threads restore each other's
+    saved descriptor and leave fd 1 on /dev/null for good (seen when the union LP's CLP ran in a
+    thread; only HiGHS, which prints nothing, runs there now)."""
     with _STDOUT_LOCK:
         yield from _redirect_stdout()
 

@@ -23,8 +23,6 @@ The result is handed to CBC as ``model.start``; CBC then only has to close the (
 
 from __future__ import annotations
 
-import itertools
-
 from lazytrain_jax.schedule import memory, steps
 from lazytrain_jax.schedule.plan import Plan
 
@@ -679,9 +677,10 @@ def _room_moves(fm, st, evals, better):
     compound move that improves ``st`` (a state), or None.
 
     A residual worth keeping may need the room of many boundaries (a 27B layer's residuals weigh
-    about 15 of its boundaries), which no single or pair move frees. The boundaries' moves are
-    ranked once, by added seconds per device byte freed in ``st``; each candidate residual then
-    takes them in that order until the plan fits, and the whole plan is evaluated once.
+    about 14 of its boundaries), which no single or pair move frees. The boundaries' moves to host
+    or NVMe (each frees its bytes, whatever the others do) are ranked once, by added seconds per
+    device byte freed in ``st``; each candidate residual then takes them in that order until the
+    plan fits, and the whole plan is evaluated once.
     """
     budget = fm.hw.device_memory
     peak0 = fm.peak_of(st)
@@ -698,7 +697,7 @@ def _room_moves(fm, st, evals, better):
         if st["tiers"][i] != "device":
             continue
         for t in _tier_options(fm, i):
-            if t != "device" and _tier_move_ok(fm, st, i, t) and evals.spend():
+            if t in ("host", "nvme") and _tier_move_ok(fm, st, i, t) and evals.spend():
                 total, peak = fm.try_tier(st, i, t)
                 if peak < peak0:
                     ranked.append((max(total - st["total"], 0.0) / (peak0 - peak), i, t))
@@ -741,7 +740,7 @@ def _make_room(fm, st, ranked, need):
         probe["num_nvme"] += t == "nvme"
         probe["tiers"][i] = t
         moved.add(i)
-        freed += a if t != "drop" else 0.0
+        freed += a
     return probe["tiers"] if freed >= need else None
 
 
