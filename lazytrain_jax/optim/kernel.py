@@ -364,13 +364,13 @@ def tree_update(grads, mu, nu, mu_s, nu_s, params, info: StepInfo, hp: AdamHyper
     d_leaves = [True] * len(g_leaves) if decay_mask is None else treedef.flatten_up_to(decay_mask)
     fast_ok = [impl == "native" and native.supports(p, g, m, block_size=block_size, hp=hp)
                for g, p, m in zip(g_leaves, p_leaves, flat[0])]
-    threads = iter(native.thread_shares([g.size for g, ok in zip(g_leaves, fast_ok) if ok]))
+    threads = native.thread_shares([g.size if ok else 0 for g, ok in zip(g_leaves, fast_ok)])
     outs = []
-    for g, p, m, v, ms, vs, d, ok in zip(g_leaves, p_leaves, *flat, d_leaves, fast_ok):
+    for g, p, m, v, ms, vs, d, ok, th in zip(g_leaves, p_leaves, *flat, d_leaves, fast_ok, threads):
         kw = dict(block_size=block_size, decay=bool(d))
         xla = functools.partial(leaf_update, info=info, hp=hp, **kw)
         if ok:
-            fast = functools.partial(native.leaf_update, info=info, hp=hp, threads=next(threads), **kw)
+            fast = functools.partial(native.leaf_update, info=info, hp=hp, threads=th, **kw)
             outs.append(native.on_cpu(fast, xla, g, p, m, v, ms, vs))
         else:
             outs.append(xla(g, p, m, v, ms, vs))

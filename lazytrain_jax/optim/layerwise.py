@@ -144,9 +144,10 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
         ``AdamW8bitConfig.decay_mask(params)``); static. Not both.
       impl: as in ``adamw_8bit``: ``"auto"`` (default), ``"native"`` (the one-pass C++ kernel
         of ``native.py`` for fp32 masters with dynamic8 state, the cores shared between the
-        tensors, ``native.thread_shares``; other tensors take the XLA path) or ``"xla"``. With ``"xla"`` here and in the transform the results equal the
-        transform's update bit for bit; the native kernel computes the update itself, so it agrees
-        with the transform (whose update is XLA's) to fp32 rounding.
+        tensors, ``native.thread_shares``; other tensors take the XLA path) or ``"xla"``. With
+        ``"xla"`` here and in the transform the results equal the transform's update bit for bit;
+        the native kernel computes the update itself, so it agrees with the transform (whose
+        update is XLA's) to fp32 rounding.
 
     Returns:
       ``(new_master, new_copy, new_moments)``.
@@ -181,14 +182,14 @@ def _fused_layer_step(master, grads, moments, step, hp, *, block_size, copy_dtyp
     fast_ok = [impl == "native" and native.supports(p, g, mu, block_size=block_size,
                                                     copy_dtype=copy_dtype, hp=hp)
                for p, g, mu in zip(leaves, g_leaves, state[0])]
-    threads = iter(native.thread_shares([p.size for p, ok in zip(leaves, fast_ok) if ok]))
+    threads = native.thread_shares([p.size if ok else 0 for p, ok in zip(leaves, fast_ok)])
     outs = []
-    for p, g, mu, nu, mu_s, nu_s, d, ok in zip(leaves, g_leaves, *state, decay, fast_ok):
+    for p, g, mu, nu, mu_s, nu_s, d, ok, th in zip(leaves, g_leaves, *state, decay, fast_ok, threads):
         xla = functools.partial(kernel.leaf_master_step, info=step, hp=hp,
                                 block_size=block_size, decay=d, copy_dtype=copy_dtype)
         if ok:
             fast = functools.partial(native.leaf_master_step, info=step, hp=hp,
-                                     block_size=block_size, decay=d, threads=next(threads))
+                                     block_size=block_size, decay=d, threads=th)
             outs.append(native.on_cpu(fast, xla, p, g, mu, nu, mu_s, nu_s))
         else:
             outs.append(xla(p, g, mu, nu, mu_s, nu_s))

@@ -192,7 +192,8 @@ def supports(master, g, mu, *, block_size: int, hp: AdamHyperparams, copy_dtype=
 
 
 def thread_shares(sizes) -> list[int]:
-    """Worker threads for each native call of one program, given each call's element count.
+    """Worker threads for each native call of one program, given each call's element count
+    (0 for a tensor that takes no native call: it gets a count it does not use).
 
     XLA runs a program's independent calls side by side, so giving every call all the cores
     oversubscribes them (measured: the optax transform over 95 tensors of 1M took 0.61-0.65x

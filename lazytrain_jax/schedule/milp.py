@@ -625,9 +625,9 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     stats = {} if stats is None else stats
     stats.update(search_s=0.0, lp_s=0.0, lp_solves=0, cbc_s=0.0, cbc_runs=0, proof="depth_lps")
 
-    def timed_lp(built):
+    def timed_lp(built, solver="auto"):
         t = time.perf_counter()
-        value = _relaxed(built)
+        value = _relaxed(built, solver=solver)
         stats["lp_s"] += time.perf_counter() - t
         stats["lp_solves"] += 1
         return value
@@ -680,7 +680,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         stats["lp_s"] += seconds
         stats["lp_solves"] += 1
     if union_built is not None and union is None:  # a small model (CLP), or HiGHS could not say
-        union = timed_lp(union_built) if union_lp is None else _relaxed(union_built, solver="clp")
+        union = timed_lp(union_built, "auto" if union_lp is None else "clp")
     if incumbent is not None and union is not None:
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed
         value = incumbent.predicted_step_time_s

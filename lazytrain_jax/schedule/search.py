@@ -142,31 +142,34 @@ class FastModel:
         """(total, done, prefix): the optimizer's seconds done after each forward window and the
         windows' running sums (what :meth:`_forward_changed` restarts from)."""
         done = total = 0.0
-        end = self.opt_due[-1]
         dones, prefix = [], [0.0]
         for k in range(self.F):
-            busy = base[k] if self.shared else 0.0
-            t = max(base[k], busy + self.opt_due[k] - done)
-            done = min(end, done + t - busy)
+            t, done = self._opt_window(k, base[k], done)
             total += t
             dones.append(done)
             prefix.append(total)
         return total, dones, prefix
 
-    def _forward_changed(self, st, changed) -> float:
-        """``forward_total`` with the windows in ``changed`` ({index: length}) replaced: restarts
-        from the first changed window and stops once the optimizer's progress is back on the old
-        track (from there every window is as before)."""
+    def _opt_window(self, k, b, done):
+        """Forward window k, of length b without the optimizer: (its length with the optimizer,
+        the optimizer's seconds done after it)."""
+        busy = b if self.shared else 0.0
+        t = max(b, busy + self.opt_due[k] - done)
+        return t, min(self.opt_due[-1], done + t - busy)
+
+    def _forward_changed(self, st, new) -> float:
+        """``forward_total`` of ``st`` with the windows of ``new`` ({index: length}, backward ones
+        ignored) replaced: restarts from the first changed window and stops once the optimizer's
+        progress is back on the old track (from there every window is as before)."""
         wc, dones, prefix = st["wc"], st["fdone"], st["fprefix"]
+        changed = {j: v for j, v in new.items() if j < self.F and v != wc[j]}
+        if not changed:
+            return st["fwd"]
         k0, k1 = min(changed), max(changed)
         done = dones[k0 - 1] if k0 else 0.0
         total = prefix[k0]
-        end = self.opt_due[-1]
         for k in range(k0, self.F):
-            b = changed.get(k, wc[k])
-            busy = b if self.shared else 0.0
-            t = max(b, busy + self.opt_due[k] - done)
-            done = min(end, done + t - busy)
+            t, done = self._opt_window(k, changed.get(k, wc[k]), done)
             total += t
             if k >= k1 and done == dones[k]:
                 return total + (prefix[-1] - prefix[k + 1])
@@ -242,8 +245,7 @@ class FastModel:
         F = self.F
         new = {j: self.window(seq2, j, new_tiers) for j in new_idx}
         bwd = st["bwd"] - sum(wc[j] for j in old_idx if j >= F) + sum(v for j, v in new.items() if j >= F)
-        changed = {j: v for j, v in new.items() if j < F and v != wc[j]}
-        fwd = self._forward_changed(st, changed) if changed else st["fwd"]
+        fwd = self._forward_changed(st, new)
         total = fwd + bwd
         ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
         dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
@@ -286,8 +288,7 @@ class FastModel:
         wc, F = st["wc"], self.F
         new = {j: self.window(seq, j, st["tiers"]) for j in (f + 1, b - 1, b) if 0 <= j < len(seq)}
         bwd = st["bwd"] + sum(v - wc[j] for j, v in new.items() if j >= F)
-        changed = {j: v for j, v in new.items() if j < F and v != wc[j]}
-        fwd = self._forward_changed(st, changed) if changed else st["fwd"]
+        fwd = self._forward_changed(st, new)
         res = self.residual_bytes(keep)
         peak = self.peak_of(st) - st["res"] + res
         host = self.host_bytes(st["tiers"], keep)
