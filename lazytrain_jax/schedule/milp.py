@@ -116,8 +116,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     Args:
       costs, hardware: the problem; max_segment_length, max_resident_tail: the decision space;
       weight_prefetch_depth, act_prefetch_depth: 1 or 2; objective: ``time`` or ``memory``.
-      union: a relaxation of every depth pair at once (only for its LP bound): the memory of depth 1,
-        the upload splits of depth 2 and each update in either of its two windows.
+      union: a relaxation of every depth pair at once (only for its LP bound): the memory and the
+        optimizer deadlines of depth 1, plus, per prefetch kind, a relaxed depth indicator y that
+        bounds the depth-2 upload splits (each at most y of its share), adds y of the deeper buffer's
+        bytes and moves the deadlines y of the way to depth 2's (each depth pair is a point y ∈ {0, 1}).
       residual_offload: whether kept residuals may go to the host (``Plan.offload_residuals``).
     Returns:
       A Built (the model and its variables).
@@ -154,6 +156,11 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     m.verbose = 1 if verbose else 0
     m.threads = 1
     xs = mip.xsum
+    # the union relaxation's depth indicators (y = 1: depth 2), relaxed: a depth-2 split may use at
+    # most y of a window's upload and costs y of the deeper buffer's bytes, and the optimizer's
+    # deadlines move y of the way to depth 2's earlier ones (each depth pair is the point y ∈ {0, 1})
+    y_w = m.add_var(lb=0.0, ub=1.0) if union else None
+    y_a = m.add_var(lb=0.0, ub=1.0) if union else None
     x = {(s, e): m.add_var(var_type=mip.BINARY) for s in range(L) for e in range(s + 1, min(L, s + S) + 1)}
     out_edges = {i: [] for i in range(L + 1)}
     in_edges = {i: [] for i in range(L + 1)}
@@ -252,13 +259,20 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # the host optimizer: one chain from the step's start; o_k seconds of it in forward window k,
     # at least the updates due by k done by then (the update of the unit at position j is due in
     # window j - dw - 1; the union relaxation takes depth 1's later deadlines)
-    due = [0.0] * (L + 4)
-    for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
-        due[max(0, j - (1 if union else dw) - 1)] += opt[unit]
+    def due_by(depth):
+        due = [0.0] * (L + 4)
+        for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
+            due[max(0, j - depth - 1)] += opt[unit]
+        return [sum(due[:k + 1]) for k in range(L + 4)], due
+
+    cum, due = due_by(1 if union else dw)
+    cum2 = due_by(2)[0] if union else cum
     opt_at = [m.add_var(lb=0.0) for _ in range(L + 4)]
     for k in range(L + 4):
-        if due[k] > 0:
-            m += xs(opt_at[:k + 1]) >= sum(due[:k + 1])
+        if cum2[k] > cum[k]:
+            m += xs(opt_at[:k + 1]) >= cum[k] + (cum2[k] - cum[k]) * y_w
+        elif due[k] > 0:
+            m += xs(opt_at[:k + 1]) >= cum[k]
     window("P0", optim=opt_at[0])
     window("P1", up_w=costs.weight_bytes[0], optim=opt_at[1])
     window("FE", compute=costs.fwd_time[0], up_w=W[0], optim=opt_at[2])
@@ -357,6 +371,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 pv = m.add_var(lb=0.0, ub=1.0)  # share of ``cap`` bytes (unit-free: keeps CBC's scaling sane)
                 if ind is not None:
                     m += pv <= ind
+                if union:
+                    m += pv <= (y_w if part == "up_w" else y_a)
                 fracs.append(pv)
                 win[pred]["pre_in"].append(cap * pv)
             if fracs:
@@ -432,6 +448,15 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 m += some >= o
             m += res_max >= min(R[l] for l in off) / unit * some
         device_terms.append((1 + (1 if union else da)) * res_max)
+        if union:  # y_a · res_max, bounded below (McCormick) by res_max − (1 − y_a) · the largest
+            extra = m.add_var(lb=0.0)
+            r_top = max(R[l] for l in off) / unit
+            m += extra >= res_max - r_top + r_top * y_a
+            device_terms.append(extra)
+    if union:
+        deeper = {d: sum(memory.constant_bytes(costs, hardware, weight_prefetch_depth=d[0],
+                                               act_prefetch_depth=d[1]).values()) - base_mem for d in ((2, 1), (1, 2))}
+        device_terms += [deeper[2, 1] / unit * y_w, deeper[1, 2] / unit * y_a]
     peak = base_mem / unit + xs(device_terms + [ws])
     host_res = [(R[l] / unit, o) for l, o in off.items()]
     if host or off:
@@ -681,10 +706,30 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         stats["lp_solves"] += 1
     if union_built is not None and union is None:  # a small model (CLP), or HiGHS could not say
         union = timed_lp(union_built, "auto" if union_lp is None else "clp")
+    searched = {}  # (dw, da) -> the search's plan for that depth pair (_search_for_depths)
+
+    def search_at(dw, da):
+        if (dw, da) not in searched:
+            t = time.perf_counter()
+            searched[dw, da] = _at_depths(_search_for_depths(costs, hardware, dw, da, S, K, search_evaluations,
+                                                             residual_offload), dw, da)
+            stats["search_s"] += time.perf_counter() - t
+        return searched[dw, da]
+
+    def union_proves(plan):
+        value = plan.predicted_step_time_s
+        return (cutoff is None or value < cutoff) and value - union <= rel_gap * value
+
     if incumbent is not None and union is not None:
-        # one LP for all depth pairs: when it proves the best start, no per-depth model is needed
-        value = incumbent.predicted_step_time_s
-        if (cutoff is None or value < cutoff) and value - union <= rel_gap * value:
+        # one LP for all depth pairs: when it proves the best start, no per-depth model is needed.
+        # Deeper weight prefetch is where the union LP most often leaves room: the search's plan
+        # for depths (2, 1) is tried against it too before the per-depth LPs
+        if not union_proves(incumbent) and search_evaluations >= 0 and (2, 1) in depths:
+            q = search_at(2, 1)
+            if q is not None and q.predicted_step_time_s < incumbent.predicted_step_time_s:
+                incumbent = q
+        if union_proves(incumbent):
+            value = incumbent.predicted_step_time_s
             stats["proof"] = "union_lp"
             return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - union) / value),
                                      solve_time_s=time.perf_counter() - t0)
@@ -705,10 +750,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             if search_evaluations >= 0 and (dw, da) != (1, 1):
                 # a better plan may exist here: search again, with the room of the deeper buffers
                 # held back, for a start that fits at these depths
-                t = time.perf_counter()
-                q = _at_depths(_search_for_depths(costs, hardware, dw, da, S, K, search_evaluations,
-                                                  residual_offload), dw, da)
-                stats["search_s"] += time.perf_counter() - t
+                q = search_at(dw, da)
                 if q is not None and (limit is None or q.predicted_step_time_s < limit) and (
                         start_plan is None or q.predicted_step_time_s < start_plan.predicted_step_time_s):
                     start_plan, start = q, _start_values(q, built)
@@ -735,9 +777,11 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # CBC's bound without a solution is not to be trusted (it may not have reached its root)
             best_bound = min(best_bound, lp if lp is not None else 0.0)
             continue
-        plan = decode(built, costs, hardware, status=status, bound=float(built.model.objective_bound),
-                      solve_time_s=0.0)
-        best_bound = min(best_bound, float(built.model.objective_bound))
+        # two valid bounds for this depth pair: CBC's (which at its time limit may not yet have
+        # reached the root LP's value) and the root LP's own
+        bound = max(float(built.model.objective_bound), lp if lp is not None else -math.inf)
+        plan = decode(built, costs, hardware, status=status, bound=bound, solve_time_s=0.0)
+        best_bound = min(best_bound, bound)
         if best is None or plan.predicted_step_time_s < best.predicted_step_time_s:
             best = plan
     if best is None:

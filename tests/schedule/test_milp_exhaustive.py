@@ -233,6 +233,24 @@ def test_milp_matches_enumeration_where_residuals_go_to_the_host(num_layers, see
     assert without.predicted_step_time_s > solved.predicted_step_time_s + 1e-6
 
 
+def test_union_lp_is_below_every_depth_pairs_lp():
+    """The LP for all depth pairs (a depth-2 split bounded by a relaxed depth indicator that also
+    pays the deeper buffer's bytes and moves the optimizer's deadlines) must stay a relaxation of
+    each depth pair's model: its optimum at most each one's, on budgets where depth 2 costs room and
+    slow host optimizers where its earlier deadlines cost time."""
+    rng = random.Random(5)
+    for trial in range(10):
+        costs, hw = random_instance(rng, rng.randint(4, 10))
+        fixed = sum(memory.constant_bytes(costs, hw, weight_prefetch_depth=2, act_prefetch_depth=2).values())
+        hw = hw.replace(device_memory=fixed + rng.uniform(0.2, 0.8) * sum(costs.boundary_bytes[1:-1]),
+                        host_memory=rng.uniform(1, 6) * GB, host_opt_rate=rng.choice([hw.host_opt_rate, 2e9]))
+        union = milp._relaxed(milp.build(costs, hw, union=True), solver="clp")
+        depth_lps = [milp._relaxed(milp.build(costs, hw, weight_prefetch_depth=dw, act_prefetch_depth=da), solver="clp")
+                     for dw, da in milp.MILP_DEPTHS]
+        assert union <= min(depth_lps) + 1e-9 * (1 + abs(union)), (trial, union, depth_lps)
+
+
+
 def test_lp_relaxation_same_optimum_in_highs_and_clp():
     """The LP bound that proves gaps comes from HiGHS' interior point (falling back to CLP): it
     must be a valid bound on CLP's exact optimum and within the interior point's stopping gap of

@@ -165,6 +165,25 @@ def test_deeper_prefetch_gets_its_own_search_start():
     assert solved.predicted_step_time_s <= deeper.predicted_step_time_s + 1e-9
 
 
+def test_union_lp_proves_a_deeper_prefetch_plan():
+    """Where the search's depth-(1, 1) plan is not proved by the LP for all depth pairs, the search's
+    plan for depths (2, 1) is tried against it before any per-depth model is built; with the union's
+    depth indicators (the deeper buffer's bytes, the optimizer's earlier deadlines) that LP is tight
+    enough to prove it here: one LP, no CBC, and a gap it really proves."""
+    hw = Hardware.preset("a100-80g", host_opt_rate=2e10)
+    costs = analytic_costs(get_preset("qwen2.5-14b", num_layers=64), batch_size=32, seq_len=1024,
+                           device_flops=Hardware.preset("h800").device_flops, num_micro_batches=4)
+    stats = {}
+    solved = milp.solve(costs, hw, stats=stats)
+    assert (solved.weight_prefetch_depth, solved.act_prefetch_depth) == (2, 1)
+    assert stats["proof"] == "union_lp" and stats["lp_solves"] == 1 and stats["cbc_runs"] == 0
+    assert solved.fits() and solved.gap <= milp.DEFAULT_REL_GAP
+    bound = milp.lp_bound(costs, hw)
+    assert solved.predicted_step_time_s * (1 - solved.gap) == pytest.approx(bound, rel=1e-5)
+    shallow = milp._at_depths(search.heuristic_plan(costs, hw), 1, 1)
+    assert (shallow.predicted_step_time_s - bound) / shallow.predicted_step_time_s > milp.DEFAULT_REL_GAP
+
+
 def test_stdout_survives_the_union_lp_thread(monkeypatch):
     """The LP for all depth pairs runs in a thread beside the search, and CLP's output is silenced
     by pointing fd 1 at /dev/null. With no search plan the per-depth models follow at once; two
