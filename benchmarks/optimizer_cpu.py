@@ -127,8 +127,9 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
         """The host executor's path: begin_step + fused_layer_step (donated master, state)."""
         master = jax.tree.map(lambda g: g * 2.0, grads)
         st = tx.init(master)
+        # the previous step's copy is donated and holds the new one, as in the executor
         box = {"master": master, "moments": optim.LayerMoments(st.mu, st.nu, st.mu_scales,
-                                                               st.nu_scales)}
+                                                               st.nu_scales), "copy": None}
         info0, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
         # XLA's cost analysis does not see inside the native custom call: its own traffic instead
         nbytes = (LIMIT_8BIT + 16 / 256) * num_params if impl == "native" else _hlo_bytes(
@@ -139,9 +140,9 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
         def run():
             norm = jnp.float32(0.5) if norm_given else norm_fn(grads)
             info, _, _ = optim.begin_step(0, 0, norm, 1.0)
-            box["master"], copy, box["moments"] = optim.fused_layer_step(
-                box["master"], grads, box["moments"], info, hp, impl=impl)
-            jax.block_until_ready((box["master"], copy, box["moments"]))
+            box["master"], box["copy"], box["moments"] = optim.fused_layer_step(
+                box["master"], grads, box["moments"], info, hp, impl=impl, copy=box["copy"])
+            jax.block_until_ready((box["master"], box["copy"], box["moments"]))
 
         return run, nbytes / num_params
 

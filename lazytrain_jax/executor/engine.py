@@ -342,7 +342,9 @@ class StreamingEngine:
         moments = [None] * (self.num_layers + 2)
 
         def update(u):
-            master, copy, mom = opt.update_unit(state, u, self._master[u], grads[u], info, hp)
+            # the unit's old streaming copy (its uploads of this step are done: the backward that
+            # produced grads[u] used them) is donated and holds the new one
+            master, copy, mom = opt.update_unit(state, u, self._master[u], grads[u], info, hp, self._stream[u])
             self._master[u], self._stream[u], moments[u] = master, copy, mom
             return copy
 
@@ -358,7 +360,8 @@ class StreamingEngine:
             info, hp, count, skipped = opt.begin(state, norm)
             moments = []
             for u in range(self.num_layers + 2):
-                master, copy, mom = opt.update_unit(state, u, self._master[u], grads[u], info, hp)
+                master, copy, mom = opt.update_unit(state, u, self._master[u], grads[u], info, hp,
+                                                    self._stream[u])
                 self._master[u], self._stream[u] = master, copy
                 moments.append(mom)
             self._opt_state = opt.finish(state, moments, count, skipped)

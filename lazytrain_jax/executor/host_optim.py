@@ -93,11 +93,11 @@ def _path_key(path) -> tuple:
 
 @functools.lru_cache(maxsize=None)
 def _fused_step(host_sharding, block_size: int, copy_dtype, decay_filter, impl: str):
-    fn = lt_optim.fused_layer_step
-    fn = getattr(fn, "__wrapped__", fn)
-    step = functools.partial(fn, block_size=block_size, copy_dtype=copy_dtype, decay_filter=decay_filter,
-                             impl=impl)
-    return host_jit(step, host_sharding, donate_argnums=(0, 2))
+    def step(master, grads, moments, info, hp, copy):
+        return lt_optim.fused_layer_step(master, grads, moments, info, hp, block_size=block_size,
+                                         copy_dtype=copy_dtype, decay_filter=decay_filter, impl=impl, copy=copy)
+
+    return host_jit(step, host_sharding, donate_argnums=(0, 2, 5))
 
 
 class UnitAdamW8bit:
@@ -135,13 +135,15 @@ class UnitAdamW8bit:
         hp = lt_optim.AdamHyperparams(*(None if v is None else jnp.asarray(v, jnp.float32) for v in hp))
         return info, hp, count, skipped
 
-    def update_unit(self, state, u: int, master_u, grads_u, info, hp):
-        """Returns ``(new_master_u, new_copy_u, new_moments_u)``; ``master_u`` and its moments are donated."""
+    def update_unit(self, state, u: int, master_u, grads_u, info, hp, copy_u=None):
+        """Returns ``(new_master_u, new_copy_u, new_moments_u)``; ``master_u``, its moments and
+        ``copy_u`` (the unit's previous streaming copy, if given: the new one is written into its
+        buffers instead of freshly mapped memory) are donated."""
         moments = layerwise.layer_moments(state, *unit_path(u, self.num_layers))
         # the config's impl (default "auto": the native one-pass kernel on the CPU backend where it
         # could be built), so the engine runs exactly lt.optim's per-unit update for this optimizer
         fn = _fused_step(self.host, self.config.block_size, self.copy_dtype, self._filters[u], self.config.impl)
-        return fn(master_u, grads_u, moments, info, hp)
+        return fn(master_u, grads_u, moments, info, hp, copy_u)
 
     def finish(self, state, moments_by_unit: list, count, skipped):
         for u, moments in enumerate(moments_by_unit):

@@ -157,11 +157,11 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int) -> f
     state = opt.init(tree)
     grads = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 1e-3, np.float32), host_sharding), master)
     info, hp, _, _ = opt.begin(state, 1.0)
-    holder = {"m": master}
+    holder = {"m": master, "copy": None}
 
-    def run():
-        new, copy, _ = opt.update_unit(state, 1, holder["m"], grads, info, hp)
-        holder["m"] = new
+    def run():  # as the engine runs it: the previous copy donated, its buffers reused
+        new, copy, _ = opt.update_unit(state, 1, holder["m"], grads, info, hp, holder["copy"])
+        holder["m"], holder["copy"] = new, copy
         return copy
 
     # moments are donated by each call; re-reading them from a fresh state keeps shapes, not values

@@ -57,6 +57,7 @@ from lazytrain_jax.optim import blockwise as q, kernel
 from lazytrain_jax.optim.kernel import AdamHyperparams, StepInfo
 
 TARGET = "lazytrain_adam8bit_cpu"  # the host step: master in place + bf16 copy
+INTO_TARGET = "lazytrain_adam8bit_into_cpu"  # the host step writing its copy into the previous one's buffer
 STATE_TARGET = "lazytrain_adam8bit_state_cpu"  # the optax transform: codes and scales only
 IMPLS = ("auto", "native", "xla")
 DEFAULT_IMPL = "auto"  # the optax transform and the per-unit host step alike (one default)
@@ -128,6 +129,8 @@ def available() -> bool:
                     raise RuntimeError("disabled by LAZYTRAIN_NATIVE=0")
                 lib = ctypes.cdll.LoadLibrary(_build())
                 jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.LtAdam8bitCpu),
+                                            platform="cpu")
+                jax.ffi.register_ffi_target(INTO_TARGET, jax.ffi.pycapsule(lib.LtAdam8bitIntoCpu),
                                             platform="cpu")
                 jax.ffi.register_ffi_target(
                     STATE_TARGET, jax.ffi.pycapsule(lib.LtAdam8bitStateCpu), platform="cpu")
@@ -250,7 +253,7 @@ def leaf_update(g, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *
 
 
 def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *,
-                     block_size: int, decay: bool, threads: int = 0):
+                     block_size: int, decay: bool, threads: int = 0, copy=None):
     """``kernel.leaf_master_step`` as one native call: ``(master, copy, mu, nu, mu_s, nu_s)``.
 
     Call inside ``jit`` with ``master``, ``mu``, ``nu`` and the scales donated (they are written
@@ -258,6 +261,8 @@ def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHype
 
     Args:
       threads: worker threads (0: one per core this process may run on).
+      copy: optionally the previous bf16 copy (donated too): the new copy is written into its
+        buffer, so the step maps no fresh memory (a new copy buffer is page-faulted in every step).
 
     Example:
       >>> new = leaf_master_step(p, g, mu, nu, mu_s, nu_s, info, hp, block_size=256, decay=True)
@@ -267,9 +272,15 @@ def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHype
            jax.ShapeDtypeStruct(master.shape, jnp.bfloat16),
            jax.ShapeDtypeStruct(mu.shape, mu.dtype), jax.ShapeDtypeStruct(nu.shape, nu.dtype),
            jax.ShapeDtypeStruct((nb,), jnp.float32), jax.ShapeDtypeStruct((nb,), jnp.float32))
-    call = jax.ffi.ffi_call(TARGET, out, input_output_aliases={0: 0, 2: 2, 3: 3, 4: 4, 5: 5},
+    aliases = {0: 0, 2: 2, 3: 3, 4: 4, 5: 5}
+    args = [master, g, mu, nu, mu_s.reshape(nb), nu_s.reshape(nb), _scalars(info, hp)]
+    if copy is not None:
+        if copy.shape != master.shape or copy.dtype != jnp.bfloat16:
+            raise ValueError(f"copy: {copy.dtype}{list(copy.shape)}; expected bfloat16{list(master.shape)}")
+        args.append(copy)
+        aliases[7] = 1
+    call = jax.ffi.ffi_call(TARGET if copy is None else INTO_TARGET, out, input_output_aliases=aliases,
                             vmap_method="sequential")
-    p, c, m, v, ms, vs = call(master, g, mu, nu, mu_s.reshape(nb), nu_s.reshape(nb),
-                              _scalars(info, hp), block_size=np.int64(block_size),
-                              decay=bool(decay), threads=np.int64(threads))
+    p, c, m, v, ms, vs = call(*args, block_size=np.int64(block_size), decay=bool(decay),
+                              threads=np.int64(threads))
     return p, c, m, v, ms.reshape(mu_s.shape), vs.reshape(nu_s.shape)

@@ -86,6 +86,48 @@ def test_native_skipped_step_leaves_state_and_donates():
         np.testing.assert_array_equal(np.asarray(c), np.asarray(m.astype(jnp.bfloat16)))
 
 
+@pytest.mark.parametrize("impl", ["native", "xla"])
+def test_previous_copy_is_donated_and_holds_the_new_one(impl):
+    """``fused_layer_step(copy=previous)``: the same master, copy and moments as without it, bit for
+    bit, over steps (clipped, unclipped, skipped); the previous copy is donated, and on the native
+    path its buffers hold the new copy (no freshly mapped memory per step)."""
+    params = lt.init_model("qwen3-debug").params
+    layer = params["layers"][1]
+    state = optim.adamw_8bit(LR, min_8bit_size=1024).init(params)
+    moments = optim.layer_moments(state, "layers", 1)
+    steps = [(_grads(layer, i, 1.0 if i % 2 == 0 else 1e-3), None) for i in range(3)]
+    steps = [(g, optim.global_norm_fp32(g)) for g, _ in steps] + [(steps[0][0], jnp.float32(np.inf))]
+    ref = _run(impl, layer, moments, steps)
+    master, mom = jax.tree.map(jnp.copy, layer), jax.tree.map(jnp.copy, moments)
+    copy = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.bfloat16), layer)
+    count = 0
+    for g, norm in steps:
+        info, new_count, _ = optim.begin_step(count, 0, norm, 0.5)
+        old = copy
+        where = {k: x.unsafe_buffer_pointer() for k, x in jax.tree_util.tree_leaves_with_path(old)}
+        master, copy, mom = optim.fused_layer_step(master, g, mom, info, HP, impl=impl, copy=old)
+        count = int(new_count)
+        assert all(x.is_deleted() for x in jax.tree.leaves(old))
+        if impl == "native":
+            for (k, x), mu in zip(jax.tree_util.tree_leaves_with_path(copy), jax.tree.leaves(mom.mu)):
+                if mu.dtype != jnp.float32:  # the 8-bit tensors: the kernel's call wrote in place
+                    assert x.unsafe_buffer_pointer() == where[k], k
+    for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves((master, copy, mom))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_previous_copy_is_checked():
+    params = {"w": jnp.ones((16, 256))}
+    state = optim.adamw_8bit(LR, min_8bit_size=0).init(params)
+    info, _, _ = optim.begin_step(0, 0, None, None)
+    with pytest.raises(ValueError, match="copy has dtype float32.*copy_dtype=bfloat16"):
+        optim.fused_layer_step(params, params, optim.layer_moments(state), info, HP,
+                               copy={"w": jnp.ones((16, 256))})
+    with pytest.raises(ValueError, match="copy does not match master.*lacks key"):
+        optim.fused_layer_step(params, params, optim.layer_moments(state), info, HP,
+                               copy={"v": jnp.ones((16, 256), jnp.bfloat16)})
+
+
 def test_impl_is_validated(monkeypatch):
     params = {"w": jnp.ones((16, 256))}
     state = optim.adamw_8bit(LR, min_8bit_size=0).init(params)

@@ -269,6 +269,22 @@ ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
                    vs->typed_data());
 }
 
+// The same, writing the copy into the buffer of the previous one (aliased to `copy`, its contents
+// unread): no fresh copy buffer per step, so none of the page faults of newly mapped memory.
+ffi::Error Adam8bitIntoImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
+                            ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
+                            ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
+                            ffi::Buffer<ffi::F32> scalars, ffi::Buffer<ffi::BF16> copy_in,
+                            ffi::ResultBuffer<ffi::F32> p, ffi::ResultBuffer<ffi::BF16> copy,
+                            ffi::ResultBuffer<ffi::S8> mc, ffi::ResultBuffer<ffi::U8> vc,
+                            ffi::ResultBuffer<ffi::F32> ms, ffi::ResultBuffer<ffi::F32> vs,
+                            int64_t block_size, bool decay, int64_t threads) {
+  if (copy_in.element_count() != g.element_count())
+    return ffi::Error::InvalidArgument("adam8bit: the previous copy's size differs");
+  return Adam8bitImpl(p_in, g, mc_in, vc_in, ms_in, vs_in, scalars, p, copy, mc, vc, ms, vs,
+                      block_size, decay, threads);
+}
+
 // The codes and scales only (aliased, in place): the optax transform's update u is XLA's.
 ffi::Error Adam8bitStateImpl(ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::S8> mc_in,
                              ffi::Buffer<ffi::U8> vc_in, ffi::Buffer<ffi::F32> ms_in,
@@ -298,6 +314,26 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitCpu, Adam8bitImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::BF16>>()
+                                  .Ret<ffi::Buffer<ffi::S8>>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("block_size")
+                                  .Attr<bool>("decay")
+                                  .Attr<int64_t>("threads"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitIntoCpu, Adam8bitIntoImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::BF16>>()
                                   .Ret<ffi::Buffer<ffi::S8>>()
