@@ -8,7 +8,9 @@ writing the codes and scales while XLA computes the update inside ``apply_update
 ``impl='xla'``, XLA alone); ``fused_layer_step`` = the host executor's path (norm computed by a
 separate jitted call, then ``begin_step`` + ``fused_layer_step`` on the whole params tree);
 ``norm given`` = the same with the norm already known (the executor sums squares per layer
-during backward, so on the host the norm is free).
+during backward, so on the host the norm is free). The host step writes its bf16 copy into the
+previous step's (donated), as the executor does; ``fresh copy buffer`` = the same without that
+(a newly allocated copy each step, page-faulted in: the cost the reuse removes).
 Prints the median time per update over several repeats (methods interleaved round by round, so
 machine noise hits all alike), the ratio to optax fp32, and Adam-state bytes per parameter.
 
@@ -123,8 +125,9 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
     norm_fn = jax.jit(optim.global_norm_fp32)
     hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
 
-    def make_fused(tx, norm_given, impl="xla"):
-        """The host executor's path: begin_step + fused_layer_step (donated master, state)."""
+    def make_fused(tx, norm_given, impl="xla", reuse_copy=True):
+        """The host executor's path: begin_step + fused_layer_step (donated master, state; the
+        previous copy donated too, unless ``reuse_copy`` is False: a fresh copy buffer per step)."""
         master = jax.tree.map(lambda g: g * 2.0, grads)
         st = tx.init(master)
         # the previous step's copy is donated and holds the new one, as in the executor
@@ -141,7 +144,8 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
             norm = jnp.float32(0.5) if norm_given else norm_fn(grads)
             info, _, _ = optim.begin_step(0, 0, norm, 1.0)
             box["master"], box["copy"], box["moments"] = optim.fused_layer_step(
-                box["master"], grads, box["moments"], info, hp, impl=impl, copy=box["copy"])
+                box["master"], grads, box["moments"], info, hp, impl=impl,
+                copy=box["copy"] if reuse_copy else None)
             jax.block_until_ready((box["master"], box["copy"], box["moments"]))
 
         return run, nbytes / num_params
@@ -169,6 +173,7 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
         if fmt == "dynamic8" and native.available():
             methods[NATIVE] = (*make_fused(tx, True, "native"), bpp)
             if not fused_only:
+                methods[NATIVE + ", fresh copy buffer"] = (*make_fused(tx, True, "native", False), bpp)
                 methods[NATIVE.replace("norm given", "norm computed")] = (
                     *make_fused(tx, False, "native"), bpp)
         elif fmt == "dynamic8":
