@@ -99,6 +99,8 @@ class StepRun:
         self.rfut: dict[int, object] = {}
         self.resident_w: dict[int, object] = {}
         self.grad_futs: dict[int, object] = {}
+        self.grads_due: dict[int, list] = {}    # item -> gradient downloads due by its end
+        self.k_now = 0                          # the item being run
         self.sumsq: list = []
         self.losses: list = []
         self.deferred: list = []                 # (future, callback) run once the future is done
@@ -313,6 +315,9 @@ class StepRun:
             self.sumsq.append(eng_mod._sumsq(acc))
         down = self._to_grad_dtype(acc)
         self.grad_futs[u] = self._download(f"acc{u}", (acc, down) if down is not acc else acc, down, name)
+        # the step model's deadline: the copy down is done by the end of the next item (its device
+        # buffers are then freed, so at most two gradients are on the device, as memory.py counts)
+        self.grads_due.setdefault(self.k_now + 1, []).append(self.grad_futs[u])
 
     def _accumulate(self, grads_per_mb: list):
         """The sum over micro-batches, in fp32; one micro-batch's gradient is used as it is (its
@@ -340,7 +345,10 @@ class StepRun:
             for j in range(k, k + adepth + 1):
                 self._issue_fetch(j)
                 self._issue_res_fetch(k, j)
+            self.k_now = k
             self._run_item(k, item)
+            for fut in self.grads_due.pop(k, ()):  # gradients' copies down due by the end of this item
+                e._wait(fut, "d2h")
             if k in self.res_due:  # the copy down of the residuals is due by the end of this item
                 self.e._wait(self.res_host[self.res_due.pop(k)], "d2h")
             for u in e.updates_due.get(k, ()):
@@ -359,7 +367,7 @@ class StepRun:
     def release(self):
         """Drops every reference the step holds (closures in deferred callbacks form cycles)."""
         for name in ("h", "h_host", "h_nvme", "res", "wfut", "afut", "rfut", "resident_w", "grad_futs", "res_host",
-                     "res_meta", "res_due", "resfut"):
+                     "res_meta", "res_due", "resfut", "grads_due"):
             getattr(self, name).clear()
         self.deferred, self.g, self.g0_futs, self.tied_fut, self.micro = [], None, [], None, []
 
@@ -466,6 +474,7 @@ class StepRun:
         if self.cfg.tie_word_embeddings:
             acc = self._accumulate([o[2] for o in out])
             self.tied_fut = self._download("acc_tied", acc, acc, "FH tied")  # joins the embedding's gradient
+            self.grads_due.setdefault(self.k_now + 1, []).append(self.tied_fut)
 
     def _base_input(self, k: int, item, s: int):
         """Boundary ``s`` on the device: kept there, or fetched from its tier for this item."""

@@ -254,3 +254,33 @@ def test_live_device_bytes_counts_each_buffer_once():
     assert live_device_bytes([dev], exclude_buffers=before) == x.nbytes
     y = x + 1
     assert live_device_bytes([dev], exclude_buffers=before) == x.nbytes + y.nbytes
+
+
+def test_gradient_copies_down_meet_their_deadline(monkeypatch):
+    """A gradient's copy to the host is due by the end of the next item (the step model's window
+    j + 1), so at most two gradients are on the device, as ``memory.py`` counts. With a slow D2H
+    worker the engine waits for it there; before, the gradients of later layers piled up and the
+    ledger refused the step (``DeviceMemoryError`` at B3 on this all-device plan)."""
+    import time
+    from lazytrain_jax.executor import run as run_mod
+    model = tiny_model(FAMILY)
+    L = model.config.num_layers
+    plan = Plan.create(costs_for(model, 2, "bfloat16", 4), HARDWARE, name="all-device",
+                       boundary_tiers=["device"] * (L + 1), optimizer_mode="pipelined")
+    slow = run_mod.StepRun._host_f32
+
+    def slow_host_f32(self, tree):
+        time.sleep(0.05)
+        return slow(self, tree)
+
+    monkeypatch.setattr(run_mod.StepRun, "_host_f32", slow_host_f32)
+    batch = tiny_batch(model, 0, batch=4)
+    with lt.StreamingEngine(model, plan) as eng:
+        for _ in range(2):
+            eng.step(batch)
+        assert eng.last_metrics["peak_device_bytes"] <= plan.predicted_peak_device_bytes
+        # the update writes each unit's new streaming copy into the old one's buffers
+        before = [x.unsafe_buffer_pointer() for x in jax.tree.leaves(eng._stream)]
+        eng.step(batch)
+        eng.flush()
+        assert [x.unsafe_buffer_pointer() for x in jax.tree.leaves(eng._stream)] == before
