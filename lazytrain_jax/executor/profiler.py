@@ -80,6 +80,21 @@ def median_seconds(fn, repeats: int) -> float:
     return float(np.median(times))
 
 
+def median_seconds_interleaved(fns: dict, repeats: int) -> dict:
+    """``median_seconds`` of several functions measured round by round (each once per round), so a
+    change of load hits all of them alike: quantities the planner compares with each other (a
+    backward from kept residuals against one that recomputes) are not measured minutes apart."""
+    for fn in fns.values():
+        jax.block_until_ready(fn())  # compile / warm up
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
 def _measure_layer(cfg, kind, micro: int, seq_len: int, dtype, device, repeats: int):
     from lazytrain_jax.executor.engine import device_fns
     units = get_units(cfg)
@@ -91,11 +106,11 @@ def _measure_layer(cfg, kind, micro: int, seq_len: int, dtype, device, repeats: 
     pos = jax.device_put(np.broadcast_to(np.arange(seq_len, dtype=np.int32), (micro, seq_len)).copy(), device)
     mask = jax.device_put(np.ones_like(ids), device)
     fns = device_fns(cfg, kind)
-    fwd = median_seconds(lambda: fns["forward"](params, h, pos, mask), repeats)
     _, res = fns["forward_res"](params, h, pos, mask)
-    bwd = median_seconds(lambda: fns["backward_res"](params, res, h), repeats)
-    bwd_rc = median_seconds(lambda: fns["backward"](params, h, pos, mask, h), repeats)
-    return fwd, bwd, bwd_rc
+    t = median_seconds_interleaved({"fwd": lambda: fns["forward"](params, h, pos, mask),
+                                    "bwd": lambda: fns["backward_res"](params, res, h),
+                                    "bwd_rc": lambda: fns["backward"](params, h, pos, mask, h)}, repeats)
+    return t["fwd"], t["bwd"], t["bwd_rc"]
 
 
 def _measure_head(cfg, micro: int, seq_len: int, dtype, device, repeats: int) -> float:
