@@ -199,22 +199,27 @@ def _fused_layer_step(master, grads, moments, step, hp, copy=None, *, block_size
     outs = []
     for p, g, mu, nu, mu_s, nu_s, d, ok, th, old in zip(leaves, g_leaves, *state, decay, fast_ok, threads,
                                                         old_copies):
-        xla = functools.partial(kernel.leaf_master_step, info=step, hp=hp,
-                                block_size=block_size, decay=d, copy_dtype=copy_dtype)
+        xla = functools.partial(_xla_leaf_step, info=step, hp=hp, block_size=block_size, decay=d,
+                                copy_dtype=copy_dtype)
+        args = (p, g, mu, nu, mu_s, nu_s) + (() if old is None else (old,))
         if ok:
             fast = functools.partial(native.leaf_master_step, info=step, hp=hp,
-                                     block_size=block_size, decay=d, threads=th, copy=old)
-            outs.append(native.on_cpu(fast, xla, p, g, mu, nu, mu_s, nu_s))
+                                     block_size=block_size, decay=d, threads=th)
+            outs.append(native.on_cpu(lambda *a, fast=fast: fast(*a[:6], copy=a[6] if len(a) > 6 else None),
+                                      xla, *args))
         else:
-            outs.append(xla(p, g, mu, nu, mu_s, nu_s))
-        if old is not None and not ok:
-            # XLA's copy written over the previous one (an update of the whole donated buffer,
-            # done in place) instead of into a fresh buffer
-            new = list(outs[-1])
-            new[1] = jax.lax.dynamic_update_slice(old, new[1], (0,) * old.ndim)
-            outs[-1] = tuple(new)
+            outs.append(xla(*args))
     cols = [treedef.unflatten(list(c)) for c in zip(*outs)] if outs else [master] * 6
     return cols[0], cols[1], LayerMoments(*cols[2:])
+
+
+def _xla_leaf_step(p, g, mu, nu, mu_s, nu_s, old=None, **kw):
+    """``kernel.leaf_master_step``; with ``old`` (the previous copy, donated) the new copy is written
+    over it (an update of the whole buffer, done in place) instead of into a fresh buffer."""
+    out = kernel.leaf_master_step(p, g, mu, nu, mu_s, nu_s, **kw)
+    if old is None:
+        return out
+    return out[:1] + (jax.lax.dynamic_update_slice(old, out[1], (0,) * old.ndim),) + out[2:]
 
 
 fused_layer_step._cache_size = _fused_layer_step._cache_size  # compilations, for tests

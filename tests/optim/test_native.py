@@ -259,6 +259,27 @@ def test_accelerator_lowering_takes_the_xla_path_without_float8():
     assert "f8E4M3" not in gpu  # dynamic8 codes (int8/uint8), no float8 conversions
 
 
+
+def test_host_step_with_previous_copy_lowers_natively_on_cpu_only():
+    """With a previous copy the CPU lowering calls the kernel's in-place-copy target; an
+    accelerator's lowering takes the XLA path (no custom call)."""
+    from lazytrain_jax.optim import layerwise
+    params = {"w": jnp.ones((64, 256), jnp.float32)}
+    state = optim.adamw_8bit(LR, min_8bit_size=0).init(params)
+    info, _, _ = optim.begin_step(0, 0, jnp.float32(1.0), 1.0)
+    copy = {"w": jnp.ones((64, 256), jnp.bfloat16)}
+    traced = layerwise._fused_layer_step.trace(params, params, optim.layer_moments(state), info, HP, copy,
+                                               block_size=256, copy_dtype=jnp.bfloat16, decay=(True,),
+                                               impl="native")
+    cpu = traced.lower(lowering_platforms=("cpu",)).as_text()
+    try:
+        gpu = traced.lower(lowering_platforms=("cuda",)).as_text()
+    except Exception as e:  # noqa: BLE001 - a jaxlib without CUDA lowering rules
+        pytest.skip(f"cannot lower for cuda here: {type(e).__name__}")
+    assert native.INTO_TARGET in cpu
+    assert "custom_call" not in gpu
+
+
 def _random_tensor_state(rng, block_size):
     """One tensor's gradient, params, codes and scales over many magnitudes (zeros included)."""
     n = block_size * 1000
