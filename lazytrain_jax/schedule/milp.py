@@ -258,7 +258,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # forward item at position j in window max(0, j - dw - 1)
     # the host optimizer: one chain from the step's start; o_k seconds of it in forward window k,
     # at least the updates due by k done by then (the update of the unit at position j is due in
-    # window j - dw - 1; the union relaxation takes depth 1's later deadlines)
+    # window j - dw - 1; the union relaxation takes depth 1's later deadlines, moved y_w of the way
+    # to depth 2's)
     def due_by(depth):
         due = [0.0] * (L + 4)
         for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
