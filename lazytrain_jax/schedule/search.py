@@ -573,14 +573,29 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False,
     compete with offloading for the memory); ``use_nvme`` reserves the NVMe staging buffers in host
     memory from the start (else the NVMe tier is not used); ``memory_first`` takes the move that
     frees the most bytes (a fitting plan when time does not matter, e.g. for the largest batch);
-    ``offload`` starts with every residual that may go to the host kept there.
+    ``offload`` starts with every residual that may go to the host kept there (where they do not
+    all fit, the ones saving the most backward time per byte, as many as fit).
     """
     L = fm.L
     budget = fm.hw.device_memory
     host_cap = fm.hw.host_memory - (2.0 * fm.a_max if use_nvme else 0.0)
     keep0 = ["host" if offload and fm.off_ok[l] else fm.res_ok[l] and full_start for l in range(L)]
     if fm.host_residual_bytes(keep0) > host_cap:
-        return None
+        if use_nvme:  # two partial starts are enough (each costs a construction)
+            return None
+        # not every residual fits on the host: those with the most backward time saved per byte
+        # go there, as many as fit in all of it, or (the start with every other residual kept) in
+        # half of it, leaving room for boundaries; the local search then trades them
+        room = host_cap * (0.5 if full_start else 1.0)
+        order = sorted((l for l in range(L) if keep0[l] == "host"),
+                       key=lambda l: (-(fm.bwd_rc[l + 1] - fm.bwd[l + 1]) / max(fm.R[l], 1.0), l))
+        for l in order:
+            if fm.R[l] <= room:
+                room -= fm.R[l]
+            else:
+                keep0[l] = fm.res_ok[l] and full_start
+        if not any(kp == "host" for kp in keep0):
+            return None
     st = fm.state(["device"] * (L + 1), keep0, fm.K if full_start else 0)
     for _ in range(4 * L + 16):
         peak = fm.peak_of(st)

@@ -184,6 +184,22 @@ def test_union_lp_proves_a_deeper_prefetch_plan():
     assert (shallow.predicted_step_time_s - bound) / shallow.predicted_step_time_s > milp.DEFAULT_REL_GAP
 
 
+def test_residuals_go_to_the_host_even_when_not_all_of_them_fit():
+    """The first residual sent to the host costs the offload's device working set, so single moves
+    from a plan without any never start; the construction starts from residuals on the host. When
+    they do not all fit there it used to give up: now the ones saving the most time per byte go,
+    as many as fit, and the plan found beats every plan without host residuals the search finds."""
+    hw = Hardware.preset("h200", host_memory=60e9)
+    costs = analytic_costs(get_preset("qwen3-32b", num_layers=24), batch_size=32, seq_len=1024,
+                           device_flops=Hardware.preset("h800").device_flops, num_micro_batches=4)
+    fm = search.FastModel(costs, hw, max_segment_length=8, max_resident_tail=8)
+    assert sum(fm.R[l] for l in range(24) if fm.off_ok[l]) > hw.host_memory  # not all of them fit
+    with_offload = search.heuristic_plan(costs, hw)
+    without = search.heuristic_plan(costs, hw, residual_offload=False)
+    assert any(with_offload.offload_residuals) and with_offload.fits()
+    assert with_offload.predicted_step_time_s < without.predicted_step_time_s * (1 - 2e-3)
+
+
 def test_stdout_survives_the_union_lp_thread(monkeypatch):
     """The LP for all depth pairs runs in a thread beside the search, and CLP's output is silenced
     by pointing fd 1 at /dev/null. With no search plan the per-depth models follow at once; two
