@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import gc
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +29,7 @@ import numpy as np
 import optax
 
 import lazytrain_jax as lt
-from lazytrain_jax.executor.profiler import profile
+from lazytrain_jax.executor.profiler import interleaved_seconds, profile
 from lazytrain_jax.schedule import heuristics, timing
 from lazytrain_jax.schedule.api import plan_for_costs
 from lazytrain_jax.schedule.plan import Plan
@@ -60,20 +59,6 @@ def phase_sums(names_times, items):
     for name, seconds in names_times:
         out[phase_of[name]] += seconds
     return out
-
-
-def interleaved(fns: dict, repeats: int) -> dict:
-    """Seconds of each ``fns`` entry per round: one warm-up, then ``repeats`` rounds running every
-    entry once in turn, so a change of the machine's load hits all of them alike."""
-    for fn in fns.values():
-        jax.block_until_ready(fn())
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn())
-            times[k].append(time.perf_counter() - t0)
-    return times
 
 
 def row(name, times, a, b):
@@ -139,8 +124,9 @@ def main():
         eng.step(batch)
         eng.flush()
 
-    t = interleaved({"stream": lambda: eng.loss_and_grad(batch), "resident": lambda: lt.loss_and_grad(model, batch),
-                     "stream_step": stream_step, "resident_step": res_step}, args.repeats)
+    t = interleaved_seconds({"stream": lambda: eng.loss_and_grad(batch),
+                             "resident": lambda: lt.loss_and_grad(model, batch),
+                             "stream_step": stream_step, "resident_step": res_step}, args.repeats)
     eng.close()
     del eng, holder, params, jb  # each engine holds fp32 master, stream copy, state and gradients
     gc.collect()
@@ -159,7 +145,8 @@ def main():
             print(f"(b) {name}: no plan fits {budget / 1e6:.1f} MB")
             continue
         engines[name] = lt.StreamingEngine(model, plan, tx8, stream_dtype="float32")
-    t = interleaved({name: (lambda e=e: (e.step(batch), e.flush())[1]) for name, e in engines.items()}, args.repeats)
+    t = interleaved_seconds({name: (lambda e=e: (e.step(batch), e.flush())[1]) for name, e in engines.items()},
+                            args.repeats)
     for name, e in engines.items():
         plan = e.plan
         print(f"(b) {name}: tiers {''.join(TIER_CHARS[c] for c in plan.boundary_tiers)} residuals "
@@ -240,7 +227,7 @@ def main():
         e.step(batch)
         e.flush()
 
-    t = interleaved({mode: (lambda e=e: two_steps(e)) for mode, e in engines.items()}, args.repeats)
+    t = interleaved_seconds({mode: (lambda e=e: two_steps(e)) for mode, e in engines.items()}, args.repeats)
     for e in engines.values():
         e.close()
     engines.clear()

@@ -69,21 +69,11 @@ def unit_costs(model_or_config, *, batch_size: int, seq_len: int, num_micro_batc
 _PROFILE_CACHE: dict = {}
 
 
-def median_seconds(fn, repeats: int) -> float:
-    """Median wall seconds of ``fn()`` (its result blocked on) over ``repeats`` runs after one warm-up."""
-    jax.block_until_ready(fn())  # compile / warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def median_seconds_interleaved(fns: dict, repeats: int) -> dict:
-    """``median_seconds`` of several functions measured round by round (each once per round), so a
-    change of load hits all of them alike: quantities the planner compares with each other (a
-    backward from kept residuals against one that recomputes) are not measured minutes apart."""
+def interleaved_seconds(fns: dict, repeats: int) -> dict:
+    """Wall seconds of each ``fns`` entry (its result blocked on) per round: one warm-up each, then
+    ``repeats`` rounds running every entry once in turn, so a change of load hits all of them alike
+    (quantities compared with each other, e.g. a backward from kept residuals against one that
+    recomputes, are not measured minutes apart)."""
     for fn in fns.values():
         jax.block_until_ready(fn())  # compile / warm up
     times = {name: [] for name in fns}
@@ -92,7 +82,17 @@ def median_seconds_interleaved(fns: dict, repeats: int) -> dict:
             t0 = time.perf_counter()
             jax.block_until_ready(fn())
             times[name].append(time.perf_counter() - t0)
-    return {name: float(np.median(t)) for name, t in times.items()}
+    return times
+
+
+def median_seconds_interleaved(fns: dict, repeats: int) -> dict:
+    """The median of each entry's :func:`interleaved_seconds`."""
+    return {name: float(np.median(t)) for name, t in interleaved_seconds(fns, repeats).items()}
+
+
+def median_seconds(fn, repeats: int) -> float:
+    """Median wall seconds of ``fn()`` (its result blocked on) over ``repeats`` runs after one warm-up."""
+    return median_seconds_interleaved({"fn": fn}, repeats)["fn"]
 
 
 def _measure_layer(cfg, kind, micro: int, seq_len: int, dtype, device, repeats: int):

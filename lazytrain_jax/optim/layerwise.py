@@ -171,7 +171,8 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
         kernel.check_trees("master", master, copy=copy)
         bad = [x.dtype for x in jax.tree.leaves(copy) if x.dtype != jnp.dtype(copy_dtype)]
         if bad:
-            raise ValueError(f"copy has dtype {bad[0]}; the previous copy must be in copy_dtype={jnp.dtype(copy_dtype)}")
+            raise ValueError(f"copy has dtype {bad[0]}; the previous copy must be in "
+                             f"copy_dtype={jnp.dtype(copy_dtype)}")
     leaves, treedef = jax.tree_util.tree_flatten_with_path(master)
     if decay_mask is None:
         decay = tuple(True if decay_filter is None else bool(decay_filter(path, p))
@@ -189,8 +190,7 @@ def _fused_layer_step(master, grads, moments, step, hp, copy=None, *, block_size
     leaves = treedef.flatten_up_to(master)
     g_leaves = treedef.flatten_up_to(grads)
     state = [treedef.flatten_up_to(t) for t in moments]
-    # the previous copy: the native call writes into it; XLA's own update aliases the donated
-    # buffer to its output by itself
+    # the previous copy, donated: each tensor's new copy is written into its buffer
     old_copies = treedef.flatten_up_to(copy) if copy is not None else [None] * len(leaves)
     fast_ok = [impl == "native" and native.supports(p, g, mu, block_size=block_size,
                                                     copy_dtype=copy_dtype, hp=hp)
@@ -203,14 +203,18 @@ def _fused_layer_step(master, grads, moments, step, hp, copy=None, *, block_size
                                 copy_dtype=copy_dtype)
         args = (p, g, mu, nu, mu_s, nu_s) + (() if old is None else (old,))
         if ok:
-            fast = functools.partial(native.leaf_master_step, info=step, hp=hp,
-                                     block_size=block_size, decay=d, threads=th)
-            outs.append(native.on_cpu(lambda *a, fast=fast: fast(*a[:6], copy=a[6] if len(a) > 6 else None),
-                                      xla, *args))
+            fast = functools.partial(_native_leaf_step, info=step, hp=hp, block_size=block_size, decay=d,
+                                     threads=th)
+            outs.append(native.on_cpu(fast, xla, *args))
         else:
             outs.append(xla(*args))
     cols = [treedef.unflatten(list(c)) for c in zip(*outs)] if outs else [master] * 6
     return cols[0], cols[1], LayerMoments(*cols[2:])
+
+
+def _native_leaf_step(p, g, mu, nu, mu_s, nu_s, old=None, **kw):
+    """``native.leaf_master_step``, the previous copy (if any) as its in-place ``copy``."""
+    return native.leaf_master_step(p, g, mu, nu, mu_s, nu_s, copy=old, **kw)
 
 
 def _xla_leaf_step(p, g, mu, nu, mu_s, nu_s, old=None, **kw):

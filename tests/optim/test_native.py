@@ -240,6 +240,16 @@ def test_transform_update_is_xlas_bit_for_bit_and_the_state_is_written_in_place(
     assert not code_copies  # the codes are updated in place
 
 
+def _lowered_for_cpu_and_cuda(traced):
+    """The StableHLO text of ``traced`` lowered for the CPU and for CUDA (skips without CUDA rules)."""
+    cpu = traced.lower(lowering_platforms=("cpu",)).as_text()
+    try:
+        gpu = traced.lower(lowering_platforms=("cuda",)).as_text()
+    except Exception as e:  # noqa: BLE001 - a jaxlib without CUDA lowering rules
+        pytest.skip(f"cannot lower for cuda here: {type(e).__name__}")
+    return cpu, gpu
+
+
 def test_accelerator_lowering_takes_the_xla_path_without_float8():
     params = {"w": jnp.ones((64, 256), jnp.float32)}
     tx = optim.adamw_8bit(LR, max_grad_norm=1.0, min_8bit_size=0, impl="native")
@@ -249,15 +259,10 @@ def test_accelerator_lowering_takes_the_xla_path_without_float8():
         return optax.apply_updates(p, u), s
 
     traced = jax.jit(step).trace(params, tx.init(params), params)
-    cpu = traced.lower(lowering_platforms=("cpu",)).as_text()
-    try:
-        gpu = traced.lower(lowering_platforms=("cuda",)).as_text()
-    except Exception as e:  # noqa: BLE001 - a jaxlib without CUDA lowering rules
-        pytest.skip(f"cannot lower for cuda here: {type(e).__name__}")
+    cpu, gpu = _lowered_for_cpu_and_cuda(traced)
     assert native.STATE_TARGET in cpu
     assert native.STATE_TARGET not in gpu and "custom_call" not in gpu
     assert "f8E4M3" not in gpu  # dynamic8 codes (int8/uint8), no float8 conversions
-
 
 
 def test_host_step_with_previous_copy_lowers_natively_on_cpu_only():
@@ -271,11 +276,7 @@ def test_host_step_with_previous_copy_lowers_natively_on_cpu_only():
     traced = layerwise._fused_layer_step.trace(params, params, optim.layer_moments(state), info, HP, copy,
                                                block_size=256, copy_dtype=jnp.bfloat16, decay=(True,),
                                                impl="native")
-    cpu = traced.lower(lowering_platforms=("cpu",)).as_text()
-    try:
-        gpu = traced.lower(lowering_platforms=("cuda",)).as_text()
-    except Exception as e:  # noqa: BLE001 - a jaxlib without CUDA lowering rules
-        pytest.skip(f"cannot lower for cuda here: {type(e).__name__}")
+    cpu, gpu = _lowered_for_cpu_and_cuda(traced)
     assert native.INTO_TARGET in cpu
     assert "custom_call" not in gpu
 
