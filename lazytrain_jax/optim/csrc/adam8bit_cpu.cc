@@ -13,6 +13,7 @@
 #include <cstring>
 #include <sched.h>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -305,44 +306,36 @@ ffi::Error Adam8bitStateImpl(ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::S8> mc_in
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitCpu, Adam8bitImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::U8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::BF16>>()
-                                  .Ret<ffi::Buffer<ffi::S8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int64_t>("block_size")
-                                  .Attr<bool>("decay")
-                                  .Attr<int64_t>("threads"));
+// The host step's signature, shared by its two targets (the second takes the previous copy as
+// one more argument): p, g, codes, scales and the scalars in; p, the copy, codes and scales out.
+template <typename B>
+auto MasterArgs(B binding) {
+  return std::move(binding).template Arg<ffi::Buffer<ffi::F32>>()
+      .template Arg<ffi::Buffer<ffi::F32>>()
+      .template Arg<ffi::Buffer<ffi::S8>>()
+      .template Arg<ffi::Buffer<ffi::U8>>()
+      .template Arg<ffi::Buffer<ffi::F32>>()
+      .template Arg<ffi::Buffer<ffi::F32>>()
+      .template Arg<ffi::Buffer<ffi::F32>>();
+}
+
+template <typename B>
+auto MasterResults(B binding) {
+  return std::move(binding).template Ret<ffi::Buffer<ffi::F32>>()
+      .template Ret<ffi::Buffer<ffi::BF16>>()
+      .template Ret<ffi::Buffer<ffi::S8>>()
+      .template Ret<ffi::Buffer<ffi::U8>>()
+      .template Ret<ffi::Buffer<ffi::F32>>()
+      .template Ret<ffi::Buffer<ffi::F32>>()
+      .template Attr<int64_t>("block_size")
+      .template Attr<bool>("decay")
+      .template Attr<int64_t>("threads");
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitCpu, Adam8bitImpl, MasterResults(MasterArgs(ffi::Ffi::Bind())));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitIntoCpu, Adam8bitIntoImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::U8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::BF16>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::BF16>>()
-                                  .Ret<ffi::Buffer<ffi::S8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int64_t>("block_size")
-                                  .Attr<bool>("decay")
-                                  .Attr<int64_t>("threads"));
+                              MasterResults(MasterArgs(ffi::Ffi::Bind()).Arg<ffi::Buffer<ffi::BF16>>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitStateCpu, Adam8bitStateImpl,
                               ffi::Ffi::Bind()
