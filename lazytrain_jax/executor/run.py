@@ -294,6 +294,9 @@ class StepRun:
         e.ledger.add(tag, device_tree, item=name)
         fut = e._submit("d2h", f"grad {name}", lambda: self._host_f32(self._down(down)))
         self.deferred.append((fut, lambda: e.ledger.free(tag)))
+        # the step model's deadline: the copy down is done by the end of the next item (its device
+        # buffers are then freed, so at most two gradients are on the device, as memory.py counts)
+        self.grads_due.setdefault(self.k_now + 1, []).append(fut)
         return fut
 
     def _host_f32(self, tree):
@@ -315,9 +318,6 @@ class StepRun:
             self.sumsq.append(eng_mod._sumsq(acc))
         down = self._to_grad_dtype(acc)
         self.grad_futs[u] = self._download(f"acc{u}", (acc, down) if down is not acc else acc, down, name)
-        # the step model's deadline: the copy down is done by the end of the next item (its device
-        # buffers are then freed, so at most two gradients are on the device, as memory.py counts)
-        self.grads_due.setdefault(self.k_now + 1, []).append(self.grad_futs[u])
 
     def _accumulate(self, grads_per_mb: list):
         """The sum over micro-batches, in fp32; one micro-batch's gradient is used as it is (its
@@ -474,7 +474,6 @@ class StepRun:
         if self.cfg.tie_word_embeddings:
             acc = self._accumulate([o[2] for o in out])
             self.tied_fut = self._download("acc_tied", acc, acc, "FH tied")  # joins the embedding's gradient
-            self.grads_due.setdefault(self.k_now + 1, []).append(self.tied_fut)
 
     def _base_input(self, k: int, item, s: int):
         """Boundary ``s`` on the device: kept there, or fetched from its tier for this item."""
