@@ -14,8 +14,9 @@
 
 fp32 streaming throughout (the CPU has no fast bf16). Numbers on a shared machine are noisy: read
 the ratios, each the median over rounds that run the compared variants in turn (interleaved); in
-(c) every round profiles the costs again right before the step it predicts. On the CPU backend the
-profiled Hardware has ``host_shares_device``: the host optimizer runs on the cores the compute uses.
+(c) the prediction for each round's step is the mean of the predictions under profiles taken right
+before and right after it. On the CPU backend the profiled Hardware has ``host_shares_device``: the
+host optimizer runs on the cores the compute uses.
 """
 
 from __future__ import annotations
@@ -195,24 +196,36 @@ def main():
                                 act_prefetch_depth=args.depths[1], name=f"{plan_c.name}@depths{tuple(args.depths)}")
     ratios = {ph: [] for ph in PHASES}
     totals = []
+
+    def predicted():
+        """The plan's per-phase prediction, step time and simulated step under a fresh profile."""
+        costs_r, hw_r = profile(model, args.batch, args.seq, stream_dtype="float32", device_memory=budget,
+                                repeats=args.repeats, cached=False)
+        plan_r = with_decisions(plan_c, costs_r, hw_r)
+        pred = [(w.item.name, w.time) for w in timing.windows(plan_r.costs, plan_r.hardware, plan_r)]
+        return phase_sums(pred, items), plan_r.predicted_step_time_s, simulate(plan_r).step_time_s
+
     with lt.StreamingEngine(model, plan_c, tx8, stream_dtype="float32") as e:
+        items = e.items
         e.step(batch)
+        e.flush()  # the last step's pipelined update would run beside the profiler
+        before = predicted()
         for _ in range(args.c_rounds):
-            e.flush()  # the last step's pipelined update would run beside the profiler
-            costs_r, hw_r = profile(model, args.batch, args.seq, stream_dtype="float32", device_memory=budget,
-                                    repeats=args.repeats, cached=False)
-            plan_r = with_decisions(plan_c, costs_r, hw_r)
             e.step(batch)
             e.step(batch)
             windows = [(n, t1 - t0) for n, t0, t1 in e.timeline.item_windows]
-            pred = [(w.item.name, w.time) for w in timing.windows(plan_r.costs, plan_r.hardware, plan_r)]
-            ms, ps = phase_sums(windows, e.items), phase_sums(pred, e.items)
+            measured_step, stalls = e.last_metrics["step_time_s"], e.last_metrics["stalls"]
+            e.flush()
+            after = predicted()
+            # the prediction for these steps: the mean of the predictions under the profiles taken
+            # right before and right after them (the load drifts over seconds on a shared machine)
+            ps = {ph: 0.5 * (before[0][ph] + after[0][ph]) for ph in PHASES}
+            ms = phase_sums(windows, items)
             for ph in PHASES:
                 if ms[ph] or ps[ph]:
                     ratios[ph].append((ms[ph], ps[ph]))
-            sim = simulate(plan_r)
-            totals.append((e.last_metrics["step_time_s"], plan_r.predicted_step_time_s, sim.step_time_s))
-            stalls = e.last_metrics["stalls"]
+            totals.append((measured_step, 0.5 * (before[1] + after[1]), 0.5 * (before[2] + after[2])))
+            before = after
     del e
     gc.collect()
     t_meas, t_pred, t_sim = (float(np.median(x)) for x in zip(*totals))
@@ -229,7 +242,7 @@ def main():
     print(f"{'step':<10} {t_meas:>11.4f} {t_pred:>12.4f} {float(np.median([a / b for a, b, _ in totals])):>14.2f}")
     print("per round (measured / predicted step, s): "
           + ", ".join(f"{a:.3f} / {b:.3f} = {a / b:.2f}" for a, b, _ in totals)
-          + "  (each round's prediction uses that round's profile: load changes both)")
+          + "  (each round's prediction: the mean under the profiles taken right before and after its steps)")
 
     # (d) pipelined vs serial
     engines = {mode: lt.StreamingEngine(model, all_dev.replace(optimizer_mode=mode), tx8, stream_dtype="float32")
