@@ -815,15 +815,17 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             stats["proof"] = "union_lp"
             return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - union) / value),
                                      solve_time_s=time.perf_counter() - t0)
+    # per depth pair, first the cheap part (its LP, the search for it, local search at its depths),
+    # for every pair; CBC only afterwards, for the pairs whose LP still leaves room below the best
+    # plan any of them gave (a plan found at depths (1, 2) can spare CBC's run at (1, 1))
+    heuristic = None   # the best unproved plan of the cheap part (rel_gap > 0)
+    pending = []
     for dw, da in depths:
         built = build(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **kw)
         start_plan = _at_depths(found, dw, da) or _at_depths(warm_start, dw, da)
         if best is not None and (start_plan is None or best.predicted_step_time_s <= start_plan.predicted_step_time_s):
             start_plan = None
-        start = _start_values(start_plan, built) if start_plan is not None else []
-        if start:
-            built.model.start = start
-        limit = cutoff if best is None else min(best.predicted_step_time_s, cutoff or float("inf"))
+        limit = _limit(cutoff, best, heuristic)
         lp = timed_lp(built) if rel_gap > 0 or best is not None else None
         if lp is not None:
             if limit is not None and lp >= limit * (1 - rel_gap):
@@ -831,19 +833,41 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 continue  # nothing at these depths beats the best by more than the tolerance
             if search_evaluations >= 0 and (dw, da) != (1, 1):
                 # a better plan may exist here: search again, with the room of the deeper buffers
-                # held back, for a start that fits at these depths
+                # held back, for a start that fits at these depths; if the LP does not prove the
+                # better of it and the start, improve that by local search on the step model itself
+                # at these depths (the search's own model plays depth 1)
                 q = search_at(dw, da)
+                if start_plan is not None and (q is None or start_plan.predicted_step_time_s <= q.predicted_step_time_s):
+                    q = start_plan
+                if q is not None and q.predicted_step_time_s - lp > rel_gap * q.predicted_step_time_s:
+                    t = time.perf_counter()
+                    q = search.polish(q, max_segment_length=S, residual_offload=residual_offload)
+                    stats["search_s"] += time.perf_counter() - t
                 if q is not None and (limit is None or q.predicted_step_time_s < limit) and (
                         start_plan is None or q.predicted_step_time_s < start_plan.predicted_step_time_s):
-                    start_plan, start = q, _start_values(q, built)
-                    built.model.start = start
-            value = start_plan.predicted_step_time_s if start else None
-            if start and (limit is None or value < limit) and value - lp <= rel_gap * value:
+                    start_plan = q
+            value = start_plan.predicted_step_time_s if start_plan is not None else None
+            if start_plan is not None and (limit is None or value < limit) and value - lp <= rel_gap * value:
                 # the root LP bound already proves the start within rel_gap: what CBC would
                 # conclude at its root, without its preprocessing (seconds at 100+ layers)
                 best = start_plan.replace(name="milp", solver_status="optimal")
                 best_bound = min(best_bound, lp)
                 continue
+            if start_plan is not None and rel_gap > 0 and (heuristic is None or value < heuristic.predicted_step_time_s):
+                heuristic = start_plan
+        pending.append((built, lp, start_plan))
+    for built, lp, start_plan in pending:
+        limit = _limit(cutoff, best, heuristic)
+        if lp is not None and limit is not None and lp >= limit * (1 - rel_gap):
+            best_bound = min(best_bound, lp)
+            continue
+        if start_plan is not None and (limit is None or start_plan.predicted_step_time_s < limit
+                                       or start_plan is heuristic):
+            start = _start_values(start_plan, built)
+        else:
+            start_plan, start = None, []
+        if start:
+            built.model.start = start
         t = time.perf_counter()
         status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes)
         stats["cbc_s"] += time.perf_counter() - t
@@ -852,7 +876,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if status is None:
             # CBC ended without a solution (infeasible below the cutoff, or its time limit struck
             # before it took the start): the start is still a plan of this space
-            if start and (limit is None or start_plan.predicted_step_time_s < limit):
+            if start and (best is None or start_plan.predicted_step_time_s < best.predicted_step_time_s):
                 best = start_plan.replace(name="milp", solver_status="feasible")
             if built.model.status == mip.OptimizationStatus.INFEASIBLE:
                 continue
@@ -866,11 +890,21 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         best_bound = min(best_bound, bound)
         if best is None or plan.predicted_step_time_s < best.predicted_step_time_s:
             best = plan
+    if heuristic is not None and (best is None or heuristic.predicted_step_time_s < best.predicted_step_time_s):
+        best = heuristic.replace(name="milp", solver_status="feasible")
     if best is None:
         return None
     value = best.predicted_step_time_s
     gap = max(0.0, (value - min(best_bound, value)) / value)
+    if best.solver_status == "feasible" and gap <= rel_gap:
+        best = best.replace(solver_status="optimal")
     return best.replace(gap=gap, solve_time_s=time.perf_counter() - t0)
+
+
+def _limit(cutoff, *plans):
+    """The objective every further plan must beat: the cutoff or the best of ``plans`` (None: none)."""
+    values = [p.predicted_step_time_s for p in plans if p is not None] + ([cutoff] if cutoff is not None else [])
+    return min(values) if values else None
 
 
 def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float | None,
@@ -890,12 +924,15 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
 def _search_for_depths(costs, hardware, dw, da, max_segment_length, max_resident_tail, evaluations,
                        residual_offload) -> Plan | None:
     """The search's plan (made at depths (1, 1)) for depths (dw, da): found with the device
-    budget lowered by the bytes the deeper buffers add, so that it still fits there (None for
-    (1, 1), or when nothing fits)."""
+    budget lowered by the bytes the deeper buffers add (and, where residuals may go to the host,
+    the deeper offload staging: one largest residual per extra activation depth), so that it still
+    fits there (None for (1, 1), or when nothing fits)."""
     if (dw, da) == (1, 1):
         return None
     extra = (sum(memory.constant_bytes(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da).values())
              - sum(memory.constant_bytes(costs, hardware).values()))
+    if residual_offload:  # and the offload's staging, one more of the largest residual per extra depth
+        extra += (da - 1) * max(costs.residual_bytes, default=0.0)
     if extra <= 0 or hardware.device_memory - extra <= hardware.device_margin:  # nothing fits there
         return None
     found = search.heuristic_plan(costs, hardware.replace(device_memory=hardware.device_memory - extra),

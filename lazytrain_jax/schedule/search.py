@@ -423,6 +423,69 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
                        offload_residuals=[kp == "host" for kp in keep], resident_tail=k)
 
 
+DEFAULT_POLISH_EVALUATIONS = 1500
+
+
+def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int = DEFAULT_POLISH_EVALUATIONS,
+           residual_offload: bool = True) -> Plan:
+    """``plan`` improved by local search on the step and memory models themselves, at its own
+    prefetch depths (``FastModel`` plays depth 1 only: at depth 2 a transfer may run a window
+    early, which changes which residuals are worth sending to the host and which boundaries are
+    worth keeping there). Single moves (a layer's residuals: none / on the device / on the host;
+    a boundary's tier: device / host / NVMe / dropped), first improvement, until none helps or
+    ``max_evaluations`` are spent (a count: the same plan whatever the machine's load). The
+    resident tail and the depths stay; every move stays in the MILP's space (segments of at most
+    ``max_segment_length``) and within the device, host and NVMe budgets.
+
+    Example:
+      >>> polish(milp._at_depths(plan, 1, 2)).predicted_step_time_s <= plan.predicted_step_time_s
+    """
+    import types
+    costs, hw = plan.costs, plan.hardware
+    L = costs.num_layers
+    tiers = list(plan.boundary_tiers)
+    res = [(2 if o else 1) if r else 0 for r, o in zip(plan.keep_residuals, memory.offloaded_residuals(plan))]
+
+    def value():
+        probe = types.SimpleNamespace(
+            boundary_tiers=tuple(tiers), keep_residuals=tuple(r > 0 for r in res),
+            offload_residuals=tuple(r == 2 for r in res), resident_tail=plan.resident_tail,
+            weight_prefetch_depth=plan.weight_prefetch_depth, act_prefetch_depth=plan.act_prefetch_depth,
+            optimizer_mode=plan.optimizer_mode)
+        if any(e - s > max_segment_length for s, e in memory.segments(probe.boundary_tiers)) or \
+                memory.device_peak_bytes(costs, hw, probe) > hw.device_memory or \
+                memory.host_peak_bytes(costs, probe) > hw.host_memory or \
+                memory.nvme_peak_bytes(costs, probe) > hw.nvme_memory:
+            return float("inf")
+        return steps.step_time(costs, hw, probe)
+
+    moves = [(res, l, state) for l in range(L) for state in (0, 1, 2)
+             if state < 2 or (residual_offload and steps.residual_offload_allowed(l, L))]
+    moves += [(tiers, i, t) for i in range(1, L) for t in tuple(steps.tier_options(costs, hw, i)) + ("drop",)]
+    best = value()
+    evals = Budget(max_evaluations)
+    improved = True
+    while improved and not evals.spent:
+        improved = False
+        for target, idx, choice in moves:
+            if target[idx] == choice:
+                continue
+            if not evals.spend():
+                break
+            old, target[idx] = target[idx], choice
+            v = value()
+            if v < best - 1e-12 * max(1.0, best):
+                best, improved = v, True
+            else:
+                target[idx] = old
+    if best >= plan.predicted_step_time_s - 1e-12 * max(1.0, best):
+        return plan
+    return Plan.create(costs, hw, name=plan.name, boundary_tiers=tiers, keep_residuals=[r > 0 for r in res],
+                       offload_residuals=[r == 2 for r in res], resident_tail=plan.resident_tail,
+                       weight_prefetch_depth=plan.weight_prefetch_depth, act_prefetch_depth=plan.act_prefetch_depth,
+                       optimizer_mode=plan.optimizer_mode)
+
+
 def _counted_paths(fm):
     """Candidates from a dynamic program over the kept-boundary path, one per cap on the recompute
     working set: each boundary's tier costs its time on its own (from the all-device plan, as

@@ -211,6 +211,56 @@ def test_offload_split_proves_the_llama3_8b_plan():
     assert milp._offload_split(union, milp._highs_arrays(union.model)) == pytest.approx(split, rel=1e-5)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_polish_stays_in_the_space_and_never_worsens(seed):
+    """Local search at a plan's own depths: every plan it returns fits every budget, keeps its
+    depths and resident tail, has no segment over the limit, and is never slower than its start;
+    its predictions are the step and memory models' own."""
+    from lazytrain_jax.schedule.costs import synthetic_costs
+    rng = random.Random(seed)
+    L = 10
+    costs = synthetic_costs(num_layers=L, weight_bytes=[rng.uniform(0.2, 1.5) * 1e9 for _ in range(L)],
+                            boundary_bytes=[rng.uniform(0.1, 0.6) * 1e9 for _ in range(L + 1)],
+                            fwd_time=[rng.uniform(0.01, 0.08) for _ in range(L)],
+                            residual_bytes=[rng.uniform(0.5, 3.0) * 1e9 for _ in range(L)], workspace_bytes=0.5e9,
+                            head_time=0.1, head_bytes=1e9, head_workspace_bytes=2e9)
+    probe = Hardware(device_memory=1e15, h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0)
+    budget = sum(memory.constant_bytes(costs, probe).values()) + rng.uniform(0.4, 1.5) * sum(costs.boundary_bytes[1:-1])
+    hw = Hardware(device_memory=budget, host_memory=rng.uniform(1, 6) * 1e9, nvme_memory=rng.choice([0, 5e9]),
+                  h2d_bw=rng.choice([6e9, 12e9, 24e9]), d2h_bw=12e9, device_flops=1e14, host_opt_rate=3e9)
+    for dw, da in milp.MILP_DEPTHS:
+        start = milp._at_depths(milp._search_for_depths(costs, hw, dw, da, 4, 8, 200, True), dw, da) \
+            if (dw, da) != (1, 1) else search.heuristic_plan(costs, hw, max_segment_length=4, max_evaluations=200)
+        if start is None:
+            continue
+        q = search.polish(start, max_segment_length=4, max_evaluations=400)
+        assert q.fits() and q.predicted_step_time_s <= start.predicted_step_time_s
+        assert (q.weight_prefetch_depth, q.act_prefetch_depth, q.resident_tail) == (dw, da, start.resident_tail)
+        assert all(e - s <= 4 for s, e in memory.segments(q.boundary_tiers))
+        assert q.predicted_step_time_s == pytest.approx(timing.step_time(costs, hw, q), rel=1e-12)
+        assert q.predicted_peak_device_bytes == pytest.approx(memory.device_peak_bytes(costs, hw, q), rel=1e-12)
+
+
+def test_deeper_activation_prefetch_plan_proved_without_cbc():
+    """Qwen3-32B-shaped layers (32 of them) on an H200: the best plans prefetch activations two
+    windows ahead, which the search's own model (depth 1) cannot see. The search for depths (1, 2)
+    holds back the deeper offload staging too, local search on the step model at those depths
+    improves its plan, and that depth pair's LP then proves it: no CBC, and 2.6 % faster than
+    the depth-(1, 1) search's plan (CBC ran for a minute on the 64-layer shape before)."""
+    hw = Hardware.preset("h200")
+    costs = analytic_costs(get_preset("qwen3-32b", num_layers=32), batch_size=32, seq_len=1024,
+                           device_flops=Hardware.preset("h800").device_flops, num_micro_batches=4)
+    shallow = search.heuristic_plan(costs, hw)
+    stats = {}
+    solved = milp.solve(costs, hw, stats=stats)
+    assert (solved.weight_prefetch_depth, solved.act_prefetch_depth) == (1, 2)
+    assert stats["cbc_runs"] == 0 and stats["proof"] == "depth_lps"
+    assert solved.fits() and solved.gap <= milp.DEFAULT_REL_GAP and solved.solver_status == "optimal"
+    assert solved.predicted_step_time_s < shallow.predicted_step_time_s * (1 - 0.02)
+    held = milp._at_depths(milp._search_for_depths(costs, hw, 1, 2, 8, 8, search.DEFAULT_EVALUATIONS, True), 1, 2)
+    assert held is not None and solved.predicted_step_time_s < held.predicted_step_time_s
+
+
 def test_residuals_go_to_the_host_even_when_not_all_of_them_fit():
     """The first residual sent to the host costs the offload's device working set, so single moves
     from a plan without any never start; the construction starts from residuals on the host. When
