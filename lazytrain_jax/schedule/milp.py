@@ -44,8 +44,10 @@ fractional and symmetric over identical layers (every boundary dropped by a few 
 rounding heuristics find good incumbents slowly. ``search.heuristic_plan`` (greedy construction +
 local search on exact incremental re-implementations of the timing and memory models) provides
 the start; when the root LP bound already proves it within ``rel_gap`` the solve stops there
-(the conclusion CBC would reach at its root, without its seconds of preprocessing), otherwise CBC
-branches from it. With ``rel_gap=0`` CBC always runs (the exhaustive tests). The reported gap is
+(the conclusion CBC would reach at its root, without its seconds of preprocessing). Otherwise every
+depth pair first gets its LP, the search for its depths and local search on the step model at
+those depths (``search.polish``: the search's own model plays depth 1), and CBC branches only
+afterwards, for the pairs whose LP still leaves room below the best plan any of them gave. With ``rel_gap=0`` CBC always runs (the exhaustive tests). The reported gap is
 (value − min(bound, value)) / value: never negative, whatever CBC's bound at its limits. The
 LP relaxations (the bounds that prove a plan within ``rel_gap``) are solved by HiGHS' interior
 point method through scipy (``_relaxed``; CLP, CBC's own LP solver, as the fallback): the same
