@@ -423,17 +423,18 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
                        offload_residuals=[kp == "host" for kp in keep], resident_tail=k)
 
 
-DEFAULT_POLISH_EVALUATIONS = 1500
+POLISH_WORK = 96_000   # polish's default budget: evaluations x layers (1,500 evaluations at 64 layers)
 
 
-def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int = DEFAULT_POLISH_EVALUATIONS,
+def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int | None = None,
            residual_offload: bool = True) -> Plan:
     """``plan`` improved by local search on the step and memory models themselves, at its own
     prefetch depths (``FastModel`` plays depth 1 only: at depth 2 a transfer may run a window
     early, which changes which residuals are worth sending to the host and which boundaries are
     worth keeping there). Single moves (a layer's residuals: none / on the device / on the host;
     a boundary's tier: device / host / NVMe / dropped), first improvement, until none helps or
-    ``max_evaluations`` are spent (a count: the same plan whatever the machine's load). The
+    ``max_evaluations`` are spent (a count: the same plan whatever the machine's load; by default
+    ``POLISH_WORK`` / layers, as each evaluation costs time in proportion to the layers). The
     resident tail and the depths stay; every move stays in the MILP's space (segments of at most
     ``max_segment_length``) and within the device, host and NVMe budgets.
 
@@ -443,6 +444,8 @@ def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int = DE
     import types
     costs, hw = plan.costs, plan.hardware
     L = costs.num_layers
+    if max_evaluations is None:
+        max_evaluations = max(1, POLISH_WORK // L)
     tiers = list(plan.boundary_tiers)
     res = [(2 if o else 1) if r else 0 for r, o in zip(plan.keep_residuals, memory.offloaded_residuals(plan))]
 
