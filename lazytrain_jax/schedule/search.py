@@ -423,7 +423,7 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
                        offload_residuals=[kp == "host" for kp in keep], resident_tail=k)
 
 
-POLISH_WORK = 96_000   # polish's default budget: evaluations x layers (1,500 evaluations at 64 layers)
+POLISH_WORK = 48_000   # polish's default budget: evaluations x layers (750 evaluations at 64 layers)
 
 
 def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int | None = None,
