@@ -860,6 +860,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         pending.append((built, lp, start_plan))
     for built, lp, start_plan in pending:
         limit = _limit(cutoff, best, heuristic)
+        if lp is None and best is not None:  # rel_gap 0: a CBC run has given a plan to compare with
+            lp = timed_lp(built)
         if lp is not None and limit is not None and lp >= limit * (1 - rel_gap):
             best_bound = min(best_bound, lp)
             continue
