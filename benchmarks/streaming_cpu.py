@@ -142,7 +142,8 @@ def main():
     # (b) budgets that force trade-offs: MILP vs megatrain(K=4). The tightest is megatrain(K=4)'s own
     # peak (times --budget-slack); the second lies midway between that and what the best plan without
     # a memory limit needs (still short of it, so trade-offs are still forced)
-    mega_peak = heuristics.megatrain(costs, hw, K=4).predicted_peak_device_bytes
+    mega = heuristics.megatrain(costs, hw, K=4)
+    mega_peak = mega.predicted_peak_device_bytes
     free = plan_for_costs(costs, dataclasses.replace(hw, device_memory=1e15))
     budgets = [("tight", args.budget_slack * mega_peak)]
     if free is not None and free.predicted_peak_device_bytes > budgets[0][1]:
@@ -178,7 +179,6 @@ def main():
         e = None
         gc.collect()
     # what any plan could gain over megatrain(K=4) on this profile, memory unlimited: the ceiling of (b)
-    mega = heuristics.megatrain(costs, hw, K=4)
     if free is not None:
         print(f"(b) ceiling on this profile: megatrain(K=4) predicted {mega.predicted_step_time_s:.3f} s / best plan "
               f"without a memory limit {free.predicted_step_time_s:.3f} s = "

@@ -517,13 +517,11 @@ def _staging_paid_in_part(built: Built, point) -> bool:
     residual's staging: where :func:`_offload_split` can raise the bound."""
     if not built.off:
         return False
-    if point:
-        x = point[0]
-        return sum(x[v.idx] for v in built.off.values()) > 1e-6 and x[built.res_max.idx] < built.res_floor * (1 - 1e-6)
-    offloaded = [v.x for v in built.off.values()]
-    if any(o is None for o in offloaded) or built.res_max.x is None:
+    value = (lambda v: point[0][v.idx]) if point else (lambda v: v.x)
+    offloaded, staging = [value(v) for v in built.off.values()], value(built.res_max)
+    if staging is None or any(o is None for o in offloaded):  # no CLP solution to read: try the split
         return True
-    return sum(offloaded) > 1e-6 and built.res_max.x < built.res_floor * (1 - 1e-6)
+    return sum(offloaded) > 1e-6 and staging < built.res_floor * (1 - 1e-6)
 
 
 def _offload_split(built: Built, arrays) -> float:
@@ -555,24 +553,19 @@ def _offload_split(built: Built, arrays) -> float:
                 return -math.inf
             values.append(value)
         return min(values)
-    m = built.model
-    values = []
-    for branch in ("none", "some"):
-        if branch == "none":
-            for v in built.off.values():
-                v.ub = 0.0
-            values.append(_relaxed(built, solver="clp"))
-            for v in built.off.values():
-                v.ub = 1.0
-        else:
-            built.res_max.lb = built.res_floor
-            row = m.add_constr(mip.xsum(built.off.values()) >= 1)
-            values.append(_relaxed(built, solver="clp"))
-            m.remove(row)
-            if isinstance(m, _Model):
-                m.rows.pop()
-            built.res_max.lb = 0.0
-    return min(values)
+    for v in built.off.values():  # no residual on the host
+        v.ub = 0.0
+    none = _relaxed(built, solver="clp")
+    for v in built.off.values():
+        v.ub = 1.0
+    m = built.model  # at least one, its staging paid in full
+    built.res_max.lb = built.res_floor
+    row = m.add_constr(mip.xsum(built.off.values()) >= 1)
+    some = _relaxed(built, solver="clp")
+    m.remove(row)
+    m.rows.pop()
+    built.res_max.lb = 0.0
+    return min(none, some)
 
 
 def _relaxed(built: Built, *, solver: str = "auto") -> float:

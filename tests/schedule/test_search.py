@@ -18,6 +18,23 @@ def _probe(tiers, keep, k):
                                  weight_prefetch_depth=1, act_prefetch_depth=1, optimizer_mode="pipelined")
 
 
+def _heterogeneous_costs(rng, num_layers):
+    """Synthetic Costs with random per-layer weights, boundaries, times and residuals."""
+    from lazytrain_jax.schedule.costs import synthetic_costs
+    L = num_layers
+    return synthetic_costs(num_layers=L, weight_bytes=[rng.uniform(0.2, 1.5) * 1e9 for _ in range(L)],
+                           boundary_bytes=[rng.uniform(0.1, 0.6) * 1e9 for _ in range(L + 1)],
+                           fwd_time=[rng.uniform(0.01, 0.08) for _ in range(L)],
+                           residual_bytes=[rng.uniform(0.5, 3.0) * 1e9 for _ in range(L)], workspace_bytes=0.5e9,
+                           head_time=0.1, head_bytes=1e9, head_workspace_bytes=2e9)
+
+
+def _room_for(costs, fraction):
+    """A device budget: the step's fixed bytes plus ``fraction`` of the interior boundaries'."""
+    probe = Hardware(device_memory=1e15, h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0)
+    return sum(memory.constant_bytes(costs, probe).values()) + fraction * sum(costs.boundary_bytes[1:-1])
+
+
 @pytest.mark.parametrize("num_layers,shared", [(4, False), (9, False), (24, False), (4, True), (9, True)])
 def test_incremental_models_equal_timing_and_memory(num_layers, shared):
     # shared: the device computes on the host's cores, with an optimizer slow enough to matter
@@ -128,16 +145,9 @@ def test_solve_reports_where_its_seconds_went():
 def test_cbc_stopped_before_its_start_still_returns_the_start():
     """A time limit that strikes before CBC takes the start (a loaded machine) returns the search's
     plan as ``feasible`` with the LP's gap, not None and not a zero gap."""
-    from lazytrain_jax.schedule.costs import synthetic_costs
     rng = random.Random(7)
-    L = 16
-    costs = synthetic_costs(num_layers=L, weight_bytes=[rng.uniform(0.2, 1.5) * 1e9 for _ in range(L)],
-                            boundary_bytes=[rng.uniform(0.1, 0.6) * 1e9 for _ in range(L + 1)],
-                            fwd_time=[rng.uniform(0.01, 0.08) for _ in range(L)],
-                            residual_bytes=[rng.uniform(0.5, 3.0) * 1e9 for _ in range(L)], workspace_bytes=0.5e9,
-                            head_time=0.1, head_bytes=1e9, head_workspace_bytes=2e9)
-    probe = Hardware(device_memory=1e15, h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0)
-    budget = sum(memory.constant_bytes(costs, probe).values()) + 0.3 * sum(costs.boundary_bytes[1:-1])
+    costs = _heterogeneous_costs(rng, 16)
+    budget = _room_for(costs, 0.3)
     hw = Hardware(device_memory=budget, host_memory=2e9, nvme_memory=5e9, h2d_bw=12e9, d2h_bw=12e9,
                   device_flops=1e14, host_opt_rate=3e9)
     found = search.heuristic_plan(costs, hw)
@@ -194,9 +204,7 @@ def test_offload_split_proves_the_llama3_8b_plan():
     costs = analytic_costs(get_preset("llama3-8b"), batch_size=64, seq_len=1024,
                            device_flops=Hardware.preset("h800").device_flops, num_micro_batches=4)
     assert costs.num_layers == 32
-    probe = Hardware(device_memory=1e15, h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0)
-    hw = hw0.replace(device_memory=sum(memory.constant_bytes(costs, probe).values())
-                     + 0.5 * sum(costs.boundary_bytes[1:-1]))
+    hw = hw0.replace(device_memory=_room_for(costs, 0.5))
     stats = {}
     solved = milp.solve(costs, hw, stats=stats)
     assert stats["proof"] == "union_lp" and stats["cbc_runs"] == 0 and stats["lp_solves"] == 3
@@ -216,16 +224,9 @@ def test_polish_stays_in_the_space_and_never_worsens(seed):
     """Local search at a plan's own depths: every plan it returns fits every budget, keeps its
     depths and resident tail, has no segment over the limit, and is never slower than its start;
     its predictions are the step and memory models' own."""
-    from lazytrain_jax.schedule.costs import synthetic_costs
     rng = random.Random(seed)
-    L = 10
-    costs = synthetic_costs(num_layers=L, weight_bytes=[rng.uniform(0.2, 1.5) * 1e9 for _ in range(L)],
-                            boundary_bytes=[rng.uniform(0.1, 0.6) * 1e9 for _ in range(L + 1)],
-                            fwd_time=[rng.uniform(0.01, 0.08) for _ in range(L)],
-                            residual_bytes=[rng.uniform(0.5, 3.0) * 1e9 for _ in range(L)], workspace_bytes=0.5e9,
-                            head_time=0.1, head_bytes=1e9, head_workspace_bytes=2e9)
-    probe = Hardware(device_memory=1e15, h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0)
-    budget = sum(memory.constant_bytes(costs, probe).values()) + rng.uniform(0.4, 1.5) * sum(costs.boundary_bytes[1:-1])
+    costs = _heterogeneous_costs(rng, 10)
+    budget = _room_for(costs, rng.uniform(0.4, 1.5))
     hw = Hardware(device_memory=budget, host_memory=rng.uniform(1, 6) * 1e9, nvme_memory=rng.choice([0, 5e9]),
                   h2d_bw=rng.choice([6e9, 12e9, 24e9]), d2h_bw=12e9, device_flops=1e14, host_opt_rate=3e9)
     for dw, da in milp.MILP_DEPTHS:
