@@ -70,14 +70,6 @@ def row(name, times, a, b):
     return name, float(np.median(times[a])), float(np.median(times[b])), float(np.median(ratios))
 
 
-def with_decisions(plan, costs, hw, **changes):
-    """``plan``'s decisions (with ``changes``) under other costs/hardware, its prediction recomputed."""
-    fields = dict(name=plan.name, boundary_tiers=plan.boundary_tiers, keep_residuals=plan.keep_residuals,
-                  resident_tail=plan.resident_tail, weight_prefetch_depth=plan.weight_prefetch_depth,
-                  act_prefetch_depth=plan.act_prefetch_depth, optimizer_mode=plan.optimizer_mode)
-    return Plan.create(costs, hw, **{**fields, **changes})
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=8)
@@ -192,7 +184,7 @@ def main():
     # prediction and the measurement see the same load
     plan_c = milp if milp is not None else all_dev
     if args.depths:
-        plan_c = with_decisions(plan_c, plan_c.costs, plan_c.hardware, weight_prefetch_depth=args.depths[0],
+        plan_c = plan_c.repredict(weight_prefetch_depth=args.depths[0],
                                 act_prefetch_depth=args.depths[1], name=f"{plan_c.name}@depths{tuple(args.depths)}")
     ratios = {ph: [] for ph in PHASES}
     totals = []
@@ -201,7 +193,7 @@ def main():
         """The plan's per-phase prediction, step time and simulated step under a fresh profile."""
         costs_r, hw_r = profile(model, args.batch, args.seq, stream_dtype="float32", device_memory=budget,
                                 repeats=args.repeats, cached=False)
-        plan_r = with_decisions(plan_c, costs_r, hw_r)
+        plan_r = plan_c.repredict(costs_r, hw_r)  # every decision (the residual offload too)
         pred = [(w.item.name, w.time) for w in timing.windows(plan_r.costs, plan_r.hardware, plan_r)]
         return phase_sums(pred, items), plan_r.predicted_step_time_s, simulate(plan_r).step_time_s
 

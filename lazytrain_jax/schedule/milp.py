@@ -938,9 +938,7 @@ def _search_for_depths(costs, hardware, dw, da, max_segment_length, max_resident
                                   max_evaluations=evaluations, residual_offload=residual_offload)
     if found is None:
         return None
-    return Plan.create(costs, hardware, name=found.name, boundary_tiers=found.boundary_tiers,
-                       keep_residuals=found.keep_residuals, offload_residuals=found.offload_residuals,
-                       resident_tail=found.resident_tail)
+    return found.repredict(hardware=hardware)
 
 
 def _at_depths(plan: Plan | None, dw: int, da: int) -> Plan | None:
@@ -949,9 +947,7 @@ def _at_depths(plan: Plan | None, dw: int, da: int) -> Plan | None:
         return None
     if (plan.weight_prefetch_depth, plan.act_prefetch_depth) == (dw, da):
         return plan
-    moved = Plan.create(plan.costs, plan.hardware, name=plan.name, boundary_tiers=plan.boundary_tiers,
-                        keep_residuals=plan.keep_residuals, offload_residuals=plan.offload_residuals,
-                        resident_tail=plan.resident_tail, weight_prefetch_depth=dw, act_prefetch_depth=da)
+    moved = plan.repredict(weight_prefetch_depth=dw, act_prefetch_depth=da)
     return moved if moved.fits() else None
 
 

@@ -106,6 +106,26 @@ class Plan:
     def replace(self, **changes) -> "Plan":
         return dataclasses.replace(self, **changes)
 
+    def repredict(self, costs: Costs | None = None, hardware: Hardware | None = None, **changes) -> "Plan":
+        """This plan's decisions (every one, with ``changes`` applied: any decision field or
+        ``name``/``solver_status``) under ``costs``/``hardware`` (default: its own), predictions
+        recomputed from the models (the solve's ``gap`` and ``solve_time_s`` are not carried). Use
+        it whenever a plan is carried to other costs, another machine profile or other prefetch
+        depths, so that no decision is lost on the way.
+
+        Example:
+          >>> plan.repredict(hardware=plan.hardware.replace(h2d_bw=6e9)).predicted_step_time_s
+        """
+        fields = dict(name=self.name, boundary_tiers=self.boundary_tiers, keep_residuals=self.keep_residuals,
+                      offload_residuals=self.offload_residuals, resident_tail=self.resident_tail,
+                      weight_prefetch_depth=self.weight_prefetch_depth, act_prefetch_depth=self.act_prefetch_depth,
+                      optimizer_mode=self.optimizer_mode, solver_status=self.solver_status)
+        unknown = sorted(set(changes) - set(fields))
+        if unknown:
+            raise ValueError(f"Plan.repredict: unknown field(s) {unknown}; valid: {sorted(fields)}")
+        return Plan.create(self.costs if costs is None else costs, self.hardware if hardware is None else hardware,
+                           **{**fields, **changes})
+
     # ---- derived --------------------------------------------------------------------------
 
     @property

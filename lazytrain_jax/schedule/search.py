@@ -483,10 +483,8 @@ def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int | No
                 target[idx] = old
     if best >= plan.predicted_step_time_s - 1e-12 * max(1.0, best):
         return plan
-    return Plan.create(costs, hw, name=plan.name, boundary_tiers=tiers, keep_residuals=[r > 0 for r in res],
-                       offload_residuals=[r == 2 for r in res], resident_tail=plan.resident_tail,
-                       weight_prefetch_depth=plan.weight_prefetch_depth, act_prefetch_depth=plan.act_prefetch_depth,
-                       optimizer_mode=plan.optimizer_mode)
+    return plan.repredict(boundary_tiers=tiers, keep_residuals=[r > 0 for r in res],
+                          offload_residuals=[r == 2 for r in res])
 
 
 def _counted_paths(fm):

@@ -233,3 +233,27 @@ def test_plan_residual_offload_option():
     assert with_host.predicted_step_time_s < without.predicted_step_time_s
     with pytest.raises(ValueError, match="residual_offload='no' must be True or False"):
         plan(costs, hw, residual_offload="no")
+
+
+def test_repredict_keeps_every_decision():
+    """Plan.repredict carries every decision (the residual offload too) to other costs, hardware or
+    depths, and its predictions are those of a plan created there from scratch."""
+    from tests.schedule.test_milp_exhaustive import hardware_for, instance
+    costs = instance(5, 9)
+    hw = hardware_for(costs, 9, 20, 0, 60)
+    p = plan(costs, hw, max_segment_length=4, rel_gap=0.0)
+    assert any(p.offload_residuals)
+    decisions = ("boundary_tiers", "keep_residuals", "offload_residuals", "resident_tail", "weight_prefetch_depth",
+                 "act_prefetch_depth", "optimizer_mode", "name", "solver_status")
+    slower = hw.replace(h2d_bw=hw.h2d_bw / 3, d2h_bw=hw.d2h_bw / 3)
+    moved = p.repredict(hardware=slower)
+    assert all(getattr(moved, f) == getattr(p, f) for f in decisions)
+    fresh = Plan.create(costs, slower, **{f: getattr(p, f) for f in decisions})
+    assert moved.predicted_step_time_s == fresh.predicted_step_time_s > p.predicted_step_time_s
+    assert moved.predicted_peak_device_bytes == fresh.predicted_peak_device_bytes
+    deeper = p.repredict(act_prefetch_depth=2)
+    assert deeper.act_prefetch_depth == 2 and deeper.offload_residuals == p.offload_residuals
+    assert deeper.predicted_peak_device_bytes > p.predicted_peak_device_bytes
+    assert p.repredict().replace(gap=p.gap, solve_time_s=p.solve_time_s) == p  # the solve's own, not carried
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['tiers'\]"):
+        p.repredict(tiers=p.boundary_tiers)
