@@ -313,3 +313,38 @@ def test_stdout_survives_the_union_lp_thread(monkeypatch):
         assert plan is not None and plan.fits()
     after = os.fstat(1)
     assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
+
+
+def test_tier_neighbourhood_keeps_the_rest_and_restores_the_model():
+    """The tier neighbourhood changes only boundary tiers among kept boundaries (path, residuals,
+    tail and depths stay), never returns a worse plan or one that does not fit, and leaves the
+    model as it found it (its LP value and bounds). On a random 64-layer instance with NVMe it
+    improves the search's depth-(1,1) plan, which single moves had left."""
+    costs, hw = _benchmark_random_nvme_instance(64)
+    plan = search.heuristic_plan(costs, hw, max_segment_length=8, max_resident_tail=8)
+    built = milp.build(costs, hw)
+    bounds = [(v.lb, v.ub) for v in built.model.vars]
+    lp = milp._relaxed(built, solver="clp")
+    better = milp._tier_neighbourhood(built, plan, costs, hw, 30.0)
+    assert better is not None and better.fits()
+    assert better.predicted_step_time_s < plan.predicted_step_time_s * (1 - 1e-3)
+    assert [t == "drop" for t in better.boundary_tiers] == [t == "drop" for t in plan.boundary_tiers]
+    for field in ("keep_residuals", "offload_residuals", "resident_tail", "weight_prefetch_depth",
+                  "act_prefetch_depth", "optimizer_mode", "name"):
+        assert getattr(better, field) == getattr(plan, field)
+    assert [(v.lb, v.ub) for v in built.model.vars] == bounds
+    assert milp._relaxed(built, solver="clp") == pytest.approx(lp, rel=1e-9)
+    again = milp._tier_neighbourhood(built, better, costs, hw, 30.0)  # solved within 1e-4 already
+    assert again is None or again.predicted_step_time_s >= better.predicted_step_time_s * (1 - 2e-4)
+
+
+def _benchmark_random_nvme_instance(num_layers):
+    """benchmarks/planner.py's random heterogeneous instance with NVMe (its (a) table)."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "planner.py"
+    spec = importlib.util.spec_from_file_location("planner_benchmark", path)
+    planner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planner)
+    costs = planner.random_heterogeneous(num_layers)
+    return costs, planner.random_nvme_hardware(costs)
