@@ -184,8 +184,8 @@ def main():
     # prediction and the measurement see the same load
     plan_c = milp if milp is not None else all_dev
     if args.depths:
-        plan_c = plan_c.repredict(weight_prefetch_depth=args.depths[0],
-                                act_prefetch_depth=args.depths[1], name=f"{plan_c.name}@depths{tuple(args.depths)}")
+        plan_c = plan_c.repredict(weight_prefetch_depth=args.depths[0], act_prefetch_depth=args.depths[1],
+                                  name=f"{plan_c.name}@depths{tuple(args.depths)}")
     ratios = {ph: [] for ph in PHASES}
     totals = []
 

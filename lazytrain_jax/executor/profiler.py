@@ -200,8 +200,8 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
     Per layer kind: forward, backward from kept residuals and backward with in-layer recompute (one
     micro-batch, times all micro-batches); the head's forward+backward; H2D/D2H bandwidth between
     the host store's memory kind and the device; NVMe read/write bandwidth in ``offload_dir``; the
-    host optimizer's parameters per second. Cached per (model shape, shapes, dtype, backend, offload_dir, repeats, probe sizes). On
-    the CPU backend the Hardware says ``host_shares_device``: the host optimizer, the copies and the
+    host optimizer's parameters per second. Cached per (model shape, shapes, dtype, backend,
+    offload_dir, repeats, probe sizes). On the CPU backend the Hardware says ``host_shares_device``: the host optimizer, the copies and the
     "device" compute run on the same cores, so the step model adds their times instead of
     overlapping them.
 

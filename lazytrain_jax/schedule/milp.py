@@ -44,8 +44,8 @@ on its layer's kept residuals, the same from the base without them, T ≥ base0 
 + (load − base0)⁺·z; a fetch that depth 2 may spread over two windows gets the cut on their sum.
 Without the fetch cuts the LP fetched a fraction of every residual into each backward window's idle
 upload time (llama3-8b, 64 layers: 1.6 % below the plan; 0.14-0.5 % with them). The memory rows
-are written in units of the largest boundary, weight or
-residual: in bytes, CLP returned LP values above the optimum once the aggregated rows were added.
+are written in units of the largest boundary, weight or residual: in bytes, CLP returned LP values
+above the optimum once the aggregated rows were added.
 The LP bound is then within ~0.5% of the optimum on the 27B shapes, but its solution is
 fractional and symmetric over identical layers (every boundary dropped by a few percent), so CBC's
 rounding heuristics find good incumbents slowly. ``search.heuristic_plan`` (greedy construction +
@@ -435,28 +435,25 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         for ld, rate in variable:
             m.add_constr(t >= ld * (1.0 / rate))
         base = max(consts + [w["floor"]])
-        window_base[name] = (base, max(consts + [w["kept"][1]]), w["kept"][0]) if w["kept"] is not None \
-            else (base, base, None)
+        res_l, c0 = w["kept"] if w["kept"] is not None else (None, w["floor"])
+        base0 = max(consts + [c0])
+        window_base[name] = (base, base0, res_l)
         for cut in w["cuts"]:
             terms = [(sec - base) * z for sec, z in cut if sec > base]
             if terms:
                 m.add_constr(t >= base + xs(terms))
-        if w["kept"] is not None and w["cuts"]:
             # a backward window whose compute is c0 without its layer's kept residuals (res = 0) and
-            # the floor with them: the same cuts from the base of each case, t >= base0 − (base0 −
+            # the floor with them: the same cut from the base of each case, t >= base0 − (base0 −
             # base) · res + Σ (sec − base0)⁺ · z (valid at the four corners of (res, z))
-            res_l, c0 = w["kept"]
-            base0 = max(consts + [c0])
-            for cut in w["cuts"]:
-                terms = [(sec - base0) * z for sec, z in cut if sec > base0]
-                if terms and base0 > base:
-                    m.add_constr(t >= base0 - (base0 - base) * res_l + xs(terms))
+            terms = [(sec - base0) * z for sec, z in cut if sec > base0]
+            if res_l is not None and terms and base0 > base:
+                m.add_constr(t >= base0 - (base0 - base) * res_l + xs(terms))
     if not hardware.host_shares_device:
         for name, sec, ind in spread_cuts:
-            # the window and every candidate for the one before it last at least their bases, and
-            # together at least the fetch: the hull of the two (each window's t is at least 0)
-            # (each at its base with or without its own layer's kept residuals: valid at every
-            # corner of those indicators and the fetch's)
+            # the window and every candidate for the one before it last at least their bases (each
+            # with or without its own layer's kept residuals), and together at least the fetch: the
+            # hull of the two, valid at every corner of those indicators and the fetch's (each
+            # window's t is at least 0)
             group = [name] + [p for p, _ in preds(name)]
             base0 = sum(window_base[g][1] for g in group)
             if sec > base0:
@@ -976,7 +973,7 @@ def _tier_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s:
     most ``NEIGHBOURHOOD_NODES`` nodes); None if ``plan`` is outside the model's space or nothing is
     found. The model's bounds, start and cutoff are restored afterwards. Single moves of the local
     search miss what several tiers changed together give: on a random 128-layer instance with NVMe
-    this took the plan for depths (2, 1) from 36.657 s to 36.137 s in 1.4 s, where CBC on the whole
+    this took the plan for depths (2, 1) from 36.657 s to 36.137 s in 0.7-1.4 s, where CBC on the whole
     model, given 80 s, had not left 36.657 s."""
     start = _start_values(plan, built)
     if not start:
