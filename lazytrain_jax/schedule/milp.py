@@ -18,7 +18,8 @@ Windows and loads are exactly the step model's (``steps.py``); the recompute win
 j exists iff drop_{j+1}. Prefetch depth 2 (weights and/or host activations) adds split variables:
 a window's upload for the item after it may be done partly in the window before it
 (``pre`` ≥ 0, at most the upload; in the backward the window before is decided by the segments, so
-each candidate's share is bounded by its indicator — a sum of edge variables). With these splits
+each candidate's share is bounded by its indicator — a sum of edge variables — times the most that
+window uploads when that candidate precedes it). With these splits
 the LP reaches the step model's earliest-deadline-first value. Each depth pair is one MILP (the
 memory's constant part depends on it); ``solve`` tries (1, 1) first and the others while their LP
 bound can still beat the best plan. Objective: Σ_w T_w + constants = the predicted step time
@@ -51,7 +52,9 @@ fractional and symmetric over identical layers (every boundary dropped by a few 
 rounding heuristics find good incumbents slowly. ``search.heuristic_plan`` (greedy construction +
 local search on exact incremental re-implementations of the timing and memory models) provides
 the start; when the root LP bound already proves it within ``rel_gap`` the solve stops there
-(the conclusion CBC would reach at its root, without its seconds of preprocessing). Otherwise every
+(the conclusion CBC would reach at its root, without its seconds of preprocessing). The one LP for
+every depth pair is tried first, against the best of the search's plans for each pair and then
+that plan polished at its own depths. Otherwise every
 depth pair first gets its LP, the search for its depths and local search on the step model at
 those depths (``search.polish``: the search's own model plays depth 1) and, if still unproved,
 the best boundary tiers for that plan's path and residuals (``_tier_neighbourhood``: the same
@@ -120,6 +123,7 @@ class Built:
     num_layers: int
     res_max: mip.Var | None = None   # the largest residual on the host (memory rows' units), if any may go there
     res_floor: float = 0.0           # the least of those residuals, in the same units
+    window_time: dict = dataclasses.field(default_factory=dict)  # window name -> its t variable or seconds
 
 
 def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
@@ -333,6 +337,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # window before its backward, which is RC_{l-1} when a recompute segment ends at l + 1 (that
     # placement linearised: z = off · Σ x[s, l+1]), else the window of the item above
     spread_cuts = []  # (window, seconds, indicator): a fetch that window or the one before it makes
+    fetch_max = {}    # window -> the most bytes of residuals fetched in it
     for l, o in off.items():
         win[f"F{l + 1}"]["down"] = win[f"F{l + 1}"]["down"] + R[l] * o
         win[f"F{l + 1}"]["cuts"].append([(R[l] / d2h, o)])
@@ -346,9 +351,11 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             win[f"RC{l - 1}"]["up_a"] = win[f"RC{l - 1}"]["up_a"] + R[l] * z
             win[above]["up_a"] = win[above]["up_a"] + R[l] * o - R[l] * z
             fetched_above = o - z
+            fetch_max[f"RC{l - 1}"] = fetch_max.get(f"RC{l - 1}", 0.0) + R[l]
         else:
             win[above]["up_a"] = win[above]["up_a"] + R[l] * o
             fetched_above = o
+        fetch_max[above] = fetch_max.get(above, 0.0) + R[l]
         # the fetch's hull cut (as the copy down's): without it the LP fetches an eighth of every
         # residual into each backward window's idle upload time, which no whole residual fits
         # (llama3-8b, 64 layers: the LP 1.6 % below the plan, 0.14 % with it). Whole in the window
@@ -388,6 +395,21 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             cands.append(("FH" if e == L else f"B{e}", x[idx, e]))
         return cands
 
+    def most_moved(name, pred, part):
+        """The most bytes of ``name``'s upload ``part`` there are when ``pred`` is the window before it
+        (a backward or recompute window: which one precedes it is decided by the segments)."""
+        if name.startswith("RC"):
+            j = int(name[2:])
+            return W[j + 1] if part == "up_w" else fetch_max.get(name, 0.0)
+        l = int(name[1:])
+        dropped = pred.startswith("RC")  # B_l follows RC_{l-1} iff boundary l is dropped
+        if part == "up_w":
+            if dropped:
+                return W[l - 1] if l >= 1 else 0.0
+            return max([W[first(s, l)] for s in range(max(0, l - S), l)] + [0.0]) if l >= 1 else 0.0
+        base = 0.0 if dropped or l < 1 else max([A[s] for s in range(max(0, l - S), l) if (s, l) in u] + [0.0])
+        return base + fetch_max.get(name, 0.0)
+
     for name in order:
         w = win[name]
         for part, depth, cap in (("up_w", dw, cap_w), ("up_a", da, cap_a)):
@@ -398,7 +420,11 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             for pred, ind in preds(name):
                 pv = m.add_var(lb=0.0, ub=1.0)  # share of ``cap`` bytes (unit-free: keeps CBC's scaling sane)
                 if ind is not None:
-                    m += pv <= ind
+                    # none of it unless ``pred`` is the window before, and then at most what this
+                    # window can hold in that case (not the largest upload of the model: on
+                    # heterogeneous layers that let the LP move a small layer's whole upload on a
+                    # fraction of its indicator)
+                    m += pv <= ind * (min(cap, most_moved(name, pred, part)) / cap)
                 if union:
                     m += pv <= (y_w if part == "up_w" else y_a)
                 fracs.append(pv)
@@ -533,7 +559,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         m.objective = mip.minimize(xs(T) + objective_const)
     return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, off=off, r=r,
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L,
-                 res_max=res_max, res_floor=min(R[l] for l in off) / unit if off else 0.0)
+                 res_max=res_max, res_floor=min(R[l] for l in off) / unit if off else 0.0,
+                 window_time=window_time)
 
 
 def _rounded_knapsack(m, terms, capacity):
@@ -755,8 +782,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         (as long as ``time_limit_s``, a safety net, is not reached first).
       residual_offload: whether kept residuals may live on the host (``Plan.offload_residuals``).
       stats: if a dict, filled with where the seconds went: ``search_s`` (the search at depths
-        (1, 1), and again for a depth pair whose LP leaves room for a better plan, with the deeper
-        buffers' bytes held back), ``lp_s`` (LP relaxations,
+        (1, 1), and again for a depth pair the union LP or that pair's LP leaves room for, with the
+        deeper buffers' bytes held back, and ``search.polish`` at a pair's depths), ``lp_s`` (LP relaxations,
         ``lp_solves`` of them; the LP for all depth pairs is solved while the search runs, so the
         two overlap), ``neighbourhood_s`` (``_tier_neighbourhood``: the best boundary tiers for an
         unproved start's path and residuals, a small MILP per depth pair), ``cbc_s`` (branch and
@@ -840,6 +867,15 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             stats["search_s"] += time.perf_counter() - t
         return searched[dw, da]
 
+    polished = {}  # id(plan) -> (plan, search.polish(plan)): a plan polished once, in either phase
+
+    def polish(plan):
+        if id(plan) not in polished:
+            t = time.perf_counter()
+            polished[id(plan)] = (plan, search.polish(plan, max_segment_length=S, residual_offload=residual_offload))
+            stats["search_s"] += time.perf_counter() - t
+        return polished[id(plan)][1]
+
     def improve(built, plan, lp):
         """``plan``, or where its depth pair's LP does not prove it, the best boundary tiers for its
         path and residuals (``_tier_neighbourhood``: a small MILP on this model, the rest fixed)."""
@@ -856,12 +892,18 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
 
     if incumbent is not None and union is not None:
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed.
-        # Deeper weight prefetch is where the union LP most often leaves room: the search's plan
-        # for depths (2, 1) is tried against it too before the per-depth LPs
-        if not union_proves(incumbent) and search_evaluations >= 0 and (2, 1) in depths:
-            q = search_at(2, 1)
-            if q is not None and q.predicted_step_time_s < incumbent.predicted_step_time_s:
-                incumbent = q
+        # Where it does not, the search's plans for the other depth pairs are tried against it
+        # before the per-depth LPs, and then the best of them polished at its own depths (the
+        # search's model plays depth 1: qwen3-32b at 64 layers, 41.53 s at depths (1, 2) -> 40.95 s)
+        if not union_proves(incumbent) and search_evaluations >= 0:
+            for dw, da in depths:
+                q = search_at(dw, da) if (dw, da) != (1, 1) and not union_proves(incumbent) else None
+                if q is not None and q.predicted_step_time_s < incumbent.predicted_step_time_s:
+                    incumbent = q
+            if not union_proves(incumbent):
+                q = polish(incumbent)
+                if q.predicted_step_time_s < incumbent.predicted_step_time_s:
+                    incumbent = q
         if not union_proves(incumbent) and _staging_paid_in_part(union_built, union_point):
             # the residual offload's staging, paid only in part by the LP: split on it
             t = time.perf_counter()
@@ -898,9 +940,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 if start_plan is not None and (q is None or start_plan.predicted_step_time_s <= q.predicted_step_time_s):
                     q = start_plan
                 if q is not None and q.predicted_step_time_s - lp > rel_gap * q.predicted_step_time_s:
-                    t = time.perf_counter()
-                    q = search.polish(q, max_segment_length=S, residual_offload=residual_offload)
-                    stats["search_s"] += time.perf_counter() - t
+                    q = polish(q)
                 q = improve(built, q, lp)
                 if q is not None and (limit is None or q.predicted_step_time_s < limit) and (
                         start_plan is None or q.predicted_step_time_s < start_plan.predicted_step_time_s):
