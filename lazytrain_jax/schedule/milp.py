@@ -972,7 +972,10 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if start:
             built.model.start = start
         t = time.perf_counter()
-        status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes)
+        # without CBC's preprocessing: on the random NVMe instance at 64 layers (depths (2,1)) CBC
+        # then finds a better plan at once (17.343 -> 17.306 s) and proves it at the root, 3.8 s
+        # instead of 9.7 s; the formulation's own cuts (module docstring) leave preprocessing little
+        status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes, preprocess=False)
         stats["cbc_s"] += time.perf_counter() - t
         stats["cbc_runs"] += 1
         stats["proof"] = "cbc"
@@ -1045,12 +1048,15 @@ def _limit(cutoff, *plans):
 
 
 def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float | None,
-              max_nodes: int = DEFAULT_MAX_NODES) -> str | None:
+              max_nodes: int = DEFAULT_MAX_NODES, preprocess: bool = True) -> str | None:
+    """CBC on ``built.model`` (its start, if set); the status name, or None without a solution.
+    ``preprocess=False`` skips CBC's preprocessing (see ``solve``)."""
     m = built.model
     if cutoff is not None:
         m.cutoff = cutoff
     m.max_mip_gap = rel_gap
     m.max_mip_gap_abs = 1e-9
+    m.preprocess = -1 if preprocess else 0
     with (contextlib.nullcontext() if m.verbose else _quiet_stdout()):
         status = m.optimize(max_seconds=time_limit_s, max_nodes=max_nodes)
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
