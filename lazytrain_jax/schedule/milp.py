@@ -59,7 +59,8 @@ depth pair first gets its LP, the search for its depths and local search on the 
 those depths (``search.polish``: the search's own model plays depth 1) and, if still unproved,
 the best boundary tiers for that plan's path and residuals (``_tier_neighbourhood``: the same
 model with everything else fixed, a few hundred nodes of CBC), and CBC branches only
-afterwards, for the pairs whose LP still leaves room below the best plan any of them gave. With
+afterwards, for the pairs whose LP still leaves room below the best plan any of them gave
+(without CBC's preprocessing, which cost more than it gave on the instances that reach it). With
 ``rel_gap=0`` CBC always runs (the exhaustive tests). The reported gap is
 (value − min(bound, value)) / value: never negative, whatever CBC's bound at its limits. The
 LP relaxations (the bounds that prove a plan within ``rel_gap``) are solved by HiGHS' interior
