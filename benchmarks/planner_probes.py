@@ -1,0 +1,139 @@
+"""Where the planner's LP bound and plans lose, on the random heterogeneous NVMe instance of
+``benchmarks/planner.py`` (the one row no LP proves). Probes, not part of the planner:
+
+  lps       each depth pair's LP and the union LP
+  groups    the depth pair's LP with the solve's plan's decisions fixed except some groups
+            (x: the kept-boundary path, host/nv: tiers, res/off: residuals kept / on the host, r: tail)
+  cbc       CBC from that plan (unlimited nodes, rel_gap 1 %), with and without its preprocessing
+  windows   CBC on windows of layers (everything outside fixed, a node limit each), one pass
+
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows] [--layers 64] [--depths 2 1]
+     [--width 32 --nodes 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from lazytrain_jax.schedule import milp
+
+from planner import random_heterogeneous, random_nvme_hardware
+
+GROUPS = ("x", "host", "nv", "res", "off", "r")
+
+
+def instance(layers):
+    c = random_heterogeneous(layers)
+    return c, random_nvme_hardware(c)
+
+
+def depth_plan(c, hw, dw, da):
+    """The solve's plan for one depth pair (one CBC node: the heuristics, the LP and the tier neighbourhood)."""
+    return milp.solve(c, hw, depths=((dw, da),), max_nodes=1, rel_gap=1e-2)
+
+
+def lps(args):
+    c, hw = instance(args.layers)
+    for dw, da in milp.MILP_DEPTHS:
+        t = time.perf_counter()
+        value = milp._relaxed(milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da))
+        print(f"depths ({dw},{da}): LP {value:.4f} s ({time.perf_counter() - t:.2f} s)")
+    print(f"union: LP {milp._relaxed(milp.build(c, hw, union=True)):.4f} s")
+
+
+def _fix(b, start, free):
+    groups = {"x": b.x, "host": b.host, "nv": b.nv, "res": b.res, "off": b.off, "r": b.r}
+    for g, d in groups.items():
+        for v in d.values():
+            if g in free:
+                v.lb, v.ub = 0.0, 1.0
+            else:
+                v.lb = v.ub = start[v.idx]
+
+
+def groups(args):
+    c, hw = instance(args.layers)
+    dw, da = args.depths
+    p = depth_plan(c, hw, dw, da)
+    print(f"plan at depths ({dw},{da}): {p.predicted_step_time_s:.4f} s")
+    b = milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
+    start = {v.idx: val for v, val in milp._start_values(p, b)}
+    for free in (["x"], ["host"], ["nv"], ["res"], ["x", "host", "nv"], ["res", "off", "r"], list(GROUPS)):
+        _fix(b, start, free)
+        lp = milp._relaxed(b, solver="clp")
+        print(f"free {'+'.join(free):22s} LP {lp:.4f} s, {100 * (p.predicted_step_time_s - lp) / p.predicted_step_time_s:5.2f} % "
+              f"below the plan")
+    _fix(b, start, GROUPS)
+    milp._relaxed(b, solver="clp")
+    R = c.residual_bytes
+    kept = {l: round(v.x, 2) for l, v in b.res.items() if v.x > 0.01}
+    print(f"LP residuals kept (layer: share): {kept}, {sum(R[l] * v for l, v in kept.items()) / 1e9:.2f} GB; the plan "
+          f"keeps {sum(R[l] for l in range(c.num_layers) if p.keep_residuals[l]) / 1e9:.2f} GB")
+    dev_lp = sum(c.boundary_bytes[i] * v.x for i, v in b.dev.items())
+    dev_plan = sum(c.boundary_bytes[i] for i in range(1, c.num_layers) if p.boundary_tiers[i] == "device")
+    print(f"boundaries on the device: LP {dev_lp / 1e9:.2f} GB, plan {dev_plan / 1e9:.2f} GB")
+
+
+def cbc(args):
+    c, hw = instance(args.layers)
+    dw, da = args.depths
+    p = depth_plan(c, hw, dw, da)
+    print(f"plan at depths ({dw},{da}): {p.predicted_step_time_s:.4f} s")
+    for preprocess in (True, False):
+        b = milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
+        b.model.start = milp._start_values(p, b)
+        t = time.perf_counter()
+        status = milp._optimize(b, 1e-2, args.time_limit, None, 100_000, preprocess=preprocess)
+        print(f"CBC preprocessing {'on ' if preprocess else 'off'}: {status}, plan {b.model.objective_value:.4f} s, "
+              f"bound {b.model.objective_bound:.4f} s, {time.perf_counter() - t:.2f} s")
+
+
+def windows(args):
+    c, hw = instance(args.layers)
+    dw, da = args.depths
+    t0 = time.perf_counter()
+    plan = depth_plan(c, hw, dw, da)
+    print(f"plan at depths ({dw},{da}): {plan.predicted_step_time_s:.4f} s")
+    b = milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
+    groups_ = {"x": b.x, "host": b.host, "nv": b.nv, "res": b.res, "off": b.off, "r": b.r}
+    L = c.num_layers
+    t1 = time.perf_counter()
+    for lo in range(0, L, args.width // 2):
+        hi = lo + args.width
+        start = {v.idx: val for v, val in milp._start_values(plan, b)}
+        for g, d in groups_.items():
+            for key, v in d.items():
+                s, e = key if g == "x" else (key, key)
+                if lo <= s and e <= hi:
+                    v.lb, v.ub = 0.0, 1.0
+                else:
+                    v.lb = v.ub = start[v.idx]
+        b.model.start = [(v, start[v.idx]) for d in groups_.values() for v in d.values()]
+        t = time.perf_counter()
+        status = milp._optimize(b, 1e-4, 60, plan.predicted_step_time_s, args.nodes)
+        if status is not None:
+            q = milp.decode(b, c, hw, status=status, bound=None, solve_time_s=0.0)
+            if q.predicted_step_time_s < plan.predicted_step_time_s - 1e-9:
+                plan = q
+        print(f"layers {lo}-{min(hi, L)}: {plan.predicted_step_time_s:.4f} s ({time.perf_counter() - t:.2f} s)")
+        if hi >= L:
+            break
+    print(f"after one pass: {plan.predicted_step_time_s:.4f} s; the pass took {time.perf_counter() - t1:.1f} s "
+          f"(the start {t1 - t0:.1f} s)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows"])
+    ap.add_argument("--layers", type=int, default=64)
+    ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
+    ap.add_argument("--width", type=int, default=32)
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--time-limit", type=float, default=120.0)
+    args = ap.parse_args()
+    {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows}[args.probe](args)
+
+
+if __name__ == "__main__":
+    main()
