@@ -6,18 +6,22 @@
             (x: the kept-boundary path, host/nv: tiers, res/off: residuals kept / on the host, r: tail)
   cbc       CBC from that plan (unlimited nodes, rel_gap 1 %), with and without its preprocessing
   windows   CBC on windows of layers (everything outside fixed, a node limit each), one pass
+  seeds     ``milp.solve`` as ``planner.py`` (a) runs it, on other random instances (SEED:NVME,
+            NVME 0 = no NVMe room), with CBC's preprocessing (or without: --no-preprocess)
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows] [--layers 64] [--depths 2 1]
-     [--width 32 --nodes 100]
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds] [--layers 64] [--depths 2 1]
+     [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from lazytrain_jax.schedule import milp
 
+from lazytrain_jax.schedule.api import best_heuristic
 from planner import random_heterogeneous, random_nvme_hardware
 
 GROUPS = ("x", "host", "nv", "res", "off", "r")
@@ -123,16 +127,37 @@ def windows(args):
           f"(the start {t1 - t0:.1f} s)")
 
 
+def seeds(args):
+    if args.no_preprocess:
+        optimize = milp._optimize
+        milp._optimize = lambda *a, **k: optimize(*a, **{**k, "preprocess": False})
+    for spec in args.seeds:
+        seed, nvme = (int(v) for v in spec.split(":"))
+        c = random_heterogeneous(args.layers, seed=seed)
+        hw = random_nvme_hardware(c)
+        if not nvme:
+            hw = dataclasses.replace(hw, nvme_memory=0.0)
+        stats = {}
+        t = time.perf_counter()
+        p = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=20, stats=stats)
+        print(f"seed {seed} {'NVMe' if nvme else 'host only'}, {args.layers} layers: {time.perf_counter() - t:.2f} s, "
+              f"gap {100 * p.gap:.2f} %, step {p.predicted_step_time_s:.3f} s, depths ({p.weight_prefetch_depth},"
+              f"{p.act_prefetch_depth}), proof {stats['proof']}, CBC {stats['cbc_s']:.1f} s x{stats['cbc_runs']}",
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows"])
+    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--seeds", nargs="+", default=["7:1", "8:1", "9:1", "8:0", "11:0"])
+    ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
-    {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows}[args.probe](args)
+    {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds}[args.probe](args)
 
 
 if __name__ == "__main__":

@@ -59,8 +59,7 @@ depth pair first gets its LP, the search for its depths and local search on the 
 those depths (``search.polish``: the search's own model plays depth 1) and, if still unproved,
 the best boundary tiers for that plan's path and residuals (``_tier_neighbourhood``: the same
 model with everything else fixed, a few hundred nodes of CBC), and CBC branches only
-afterwards, for the pairs whose LP still leaves room below the best plan any of them gave
-(without CBC's preprocessing, which cost more than it gave on the instances that reach it). With
+afterwards, for the pairs whose LP still leaves room below the best plan any of them gave. With
 ``rel_gap=0`` CBC always runs (the exhaustive tests). The reported gap is
 (value − min(bound, value)) / value: never negative, whatever CBC's bound at its limits. The
 LP relaxations (the bounds that prove a plan within ``rel_gap``) are solved by HiGHS' interior
@@ -973,10 +972,9 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if start:
             built.model.start = start
         t = time.perf_counter()
-        # without CBC's preprocessing: on the random NVMe instance at 64 layers (depths (2,1)) CBC
-        # then finds a better plan at once (17.343 -> 17.306 s) and proves it at the root, 3.8 s
-        # instead of 9.7 s; the formulation's own cuts (module docstring) leave preprocessing little
-        status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes, preprocess=False)
+        # with CBC's preprocessing: without it CBC was faster on three random NVMe instances but
+        # returned worse plans on four of five random instances (README, "CBC without its preprocessing")
+        status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes)
         stats["cbc_s"] += time.perf_counter() - t
         stats["cbc_runs"] += 1
         stats["proof"] = "cbc"
@@ -1051,7 +1049,7 @@ def _limit(cutoff, *plans):
 def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float | None,
               max_nodes: int = DEFAULT_MAX_NODES, preprocess: bool = True) -> str | None:
     """CBC on ``built.model`` (its start, if set); the status name, or None without a solution.
-    ``preprocess=False`` skips CBC's preprocessing (see ``solve``)."""
+    ``preprocess=False`` skips CBC's preprocessing (``benchmarks/planner_probes.py cbc`` compares)."""
     m = built.model
     if cutoff is not None:
         m.cutoff = cutoff
