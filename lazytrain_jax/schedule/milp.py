@@ -867,14 +867,23 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             stats["search_s"] += time.perf_counter() - t
         return searched[dw, da]
 
-    polished = {}  # id(plan) -> (plan, search.polish(plan)): a plan polished once, in either phase
+    polished = {}  # id(plan) -> (plan, its polished plan, whether with the full budget)
 
-    def polish(plan):
-        if id(plan) not in polished:
-            t = time.perf_counter()
-            polished[id(plan)] = (plan, search.polish(plan, max_segment_length=S, residual_offload=residual_offload))
-            stats["search_s"] += time.perf_counter() - t
-        return polished[id(plan)][1]
+    def polish(plan, quick=False):
+        """``search.polish(plan)``, once per plan. ``quick``: a quarter of the budget (most of the
+        full budget goes to the last pass, which finds no move: qwen3-32b, 64 layers, 200
+        evaluations reach 40.952 s in 0.41 s, 750 reach 40.951 s in 1.49 s); a later full polish
+        continues from the quick one's plan."""
+        entry = polished.get(id(plan))
+        if entry is not None and (entry[2] or quick):
+            return entry[1]
+        t = time.perf_counter()
+        budget = max(1, search.POLISH_WORK // (4 * L)) if quick else None
+        result = search.polish(entry[1] if entry is not None else plan, max_segment_length=S,
+                               max_evaluations=budget, residual_offload=residual_offload)
+        polished[id(plan)] = (plan, result, not quick)
+        stats["search_s"] += time.perf_counter() - t
+        return result
 
     def improve(built, plan, lp):
         """``plan``, or where its depth pair's LP does not prove it, the best boundary tiers for its
@@ -901,7 +910,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 if q is not None and q.predicted_step_time_s < incumbent.predicted_step_time_s:
                     incumbent = q
             if not union_proves(incumbent):
-                q = polish(incumbent)
+                q = polish(incumbent, quick=True)
                 if q.predicted_step_time_s < incumbent.predicted_step_time_s:
                     incumbent = q
         if not union_proves(incumbent) and _staging_paid_in_part(union_built, union_point):
