@@ -899,6 +899,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         value = plan.predicted_step_time_s
         return (cutoff is None or value < cutoff) and value - union <= rel_gap * value
 
+    carried = None  # the union phase's best plan, when the union LP does not prove it
     if incumbent is not None and union is not None:
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed.
         # Where it does not, the search's plans for the other depth pairs are tried against it
@@ -924,10 +925,12 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             stats["proof"] = "union_lp"
             return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - union) / value),
                                      solve_time_s=time.perf_counter() - t0)
+        if rel_gap > 0 and (cutoff is None or incumbent.predicted_step_time_s < cutoff):
+            carried = incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
     # per depth pair, first the cheap part (its LP, the search for it, local search at its depths),
     # for every pair; CBC only afterwards, for the pairs whose LP still leaves room below the best
     # plan any of them gave (a plan found at depths (1, 2) can spare CBC's run at (1, 1))
-    heuristic = None   # the best unproved plan of the cheap part (rel_gap > 0)
+    heuristic = carried   # the best unproved plan of the cheap part (rel_gap > 0)
     pending = []
     for dw, da in depths:
         built = build(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **kw)
