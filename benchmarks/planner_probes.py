@@ -46,11 +46,15 @@ def lps(args):
     print(f"union: LP {milp._relaxed(milp.build(c, hw, union=True)):.4f} s")
 
 
-def _fix(b, start, free):
-    groups = {"x": b.x, "host": b.host, "nv": b.nv, "res": b.res, "off": b.off, "r": b.r}
-    for g, d in groups.items():
-        for v in d.values():
-            if g in free:
+def _groups(b):
+    return {"x": b.x, "host": b.host, "nv": b.nv, "res": b.res, "off": b.off, "r": b.r}
+
+
+def _fix(b, start, is_free):
+    """Every decision variable fixed at its value in ``start`` unless ``is_free(group, key)``."""
+    for g, d in _groups(b).items():
+        for key, v in d.items():
+            if is_free(g, key):
                 v.lb, v.ub = 0.0, 1.0
             else:
                 v.lb = v.ub = start[v.idx]
@@ -64,11 +68,11 @@ def groups(args):
     b = milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
     start = {v.idx: val for v, val in milp._start_values(p, b)}
     for free in (["x"], ["host"], ["nv"], ["res"], ["x", "host", "nv"], ["res", "off", "r"], list(GROUPS)):
-        _fix(b, start, free)
+        _fix(b, start, lambda g, _, free=free: g in free)
         lp = milp._relaxed(b, solver="clp")
         print(f"free {'+'.join(free):22s} LP {lp:.4f} s, {100 * (p.predicted_step_time_s - lp) / p.predicted_step_time_s:5.2f} % "
               f"below the plan")
-    _fix(b, start, GROUPS)
+    _fix(b, start, lambda g, _: True)
     milp._relaxed(b, solver="clp")
     R = c.residual_bytes
     kept = {l: round(v.x, 2) for l, v in b.res.items() if v.x > 0.01}
@@ -100,20 +104,14 @@ def windows(args):
     plan = depth_plan(c, hw, dw, da)
     print(f"plan at depths ({dw},{da}): {plan.predicted_step_time_s:.4f} s")
     b = milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
-    groups_ = {"x": b.x, "host": b.host, "nv": b.nv, "res": b.res, "off": b.off, "r": b.r}
     L = c.num_layers
     t1 = time.perf_counter()
     for lo in range(0, L, args.width // 2):
         hi = lo + args.width
         start = {v.idx: val for v, val in milp._start_values(plan, b)}
-        for g, d in groups_.items():
-            for key, v in d.items():
-                s, e = key if g == "x" else (key, key)
-                if lo <= s and e <= hi:
-                    v.lb, v.ub = 0.0, 1.0
-                else:
-                    v.lb = v.ub = start[v.idx]
-        b.model.start = [(v, start[v.idx]) for d in groups_.values() for v in d.values()]
+        # a decision is free when every layer it touches lies in the window (an edge: both ends)
+        _fix(b, start, lambda g, key: lo <= (key[0] if g == "x" else key) and (key[1] if g == "x" else key) <= hi)
+        b.model.start = [(v, start[v.idx]) for d in _groups(b).values() for v in d.values()]
         t = time.perf_counter()
         status = milp._optimize(b, 1e-4, 60, plan.predicted_step_time_s, args.nodes)
         if status is not None:

@@ -123,7 +123,6 @@ class Built:
     num_layers: int
     res_max: mip.Var | None = None   # the largest residual on the host (memory rows' units), if any may go there
     res_floor: float = 0.0           # the least of those residuals, in the same units
-    window_time: dict = dataclasses.field(default_factory=dict)  # window name -> its t variable or seconds
 
 
 def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
@@ -559,8 +558,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         m.objective = mip.minimize(xs(T) + objective_const)
     return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, off=off, r=r,
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L,
-                 res_max=res_max, res_floor=min(R[l] for l in off) / unit if off else 0.0,
-                 window_time=window_time)
+                 res_max=res_max, res_floor=min(R[l] for l in off) / unit if off else 0.0)
 
 
 def _rounded_knapsack(m, terms, capacity):
@@ -907,7 +905,9 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # search's model plays depth 1: qwen3-32b at 64 layers, 41.53 s at depths (1, 2) -> 40.95 s)
         if not union_proves(incumbent) and search_evaluations >= 0:
             for dw, da in depths:
-                q = search_at(dw, da) if (dw, da) != (1, 1) and not union_proves(incumbent) else None
+                if union_proves(incumbent):
+                    break
+                q = search_at(dw, da) if (dw, da) != (1, 1) else None
                 if q is not None and q.predicted_step_time_s < incumbent.predicted_step_time_s:
                     incumbent = q
             if not union_proves(incumbent):
