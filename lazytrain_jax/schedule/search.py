@@ -519,6 +519,9 @@ def _counted_paths(fm):
     host_room = fm.hw.host_memory
     num_h = int(min(L - 1, host_room // unit)) if any(h is not None for h in host) else 0
     caps = sorted({0.0} | {max(sum(A[s + 1:s + n]) for s in range(L - n + 1)) for n in range(2, S + 1)})
+    # ws_of[s][ts][n]: the working set of the segment (s, s + n), its base offloaded iff ts
+    ws_of = [[[sum(A[s + 1:s + n]) + (A[s] if ts == 1 else 0.0) if n >= 2 else 0.0 for n in range(S + 1)]
+              for ts in (0, 1)] for s in range(L)]
     timed = []
     for cap in caps:
         room = fm.hw.device_memory - fm.base_mem - cap
@@ -534,31 +537,24 @@ def _counted_paths(fm):
             for t in (0, 1):
                 if t == 1 and (j == L or host[j] is None or num_h == 0):
                     continue
-                cur = np.full(shape, np.inf)
-                who_s = np.zeros(shape, dtype=np.int32)
-                who_t = np.zeros(shape, dtype=np.int8)
-                for s in range(max(0, j - S), j):
-                    for ts in (0, 1):
-                        prev = best[s][ts]
-                        if prev is None:
-                            continue
-                        ws = sum(A[s + 1:j]) + (A[s] if ts == 1 else 0.0) if j - s >= 2 else 0.0
-                        if ws > cap * (1 + 1e-12):
-                            continue
-                        cand = np.full(shape, np.inf)
-                        if t == 1:
-                            cand[1:, :] = prev[:-1, :]
-                        elif j < L:
-                            cand[:, 1:] = prev[:, :-1]
-                        else:
-                            cand[:] = prev
-                        cand += prefix[j - 1] - prefix[s]
-                        better = cand < cur
-                        cur = np.where(better, cand, cur)
-                        who_s = np.where(better, s, who_s)
-                        who_t = np.where(better, ts, who_t)
+                # every predecessor (s, ts) in order; the first of equal minima wins (argmin)
+                preds = [(s, ts) for s in range(max(0, j - S), j) for ts in (0, 1)
+                         if best[s][ts] is not None and ws_of[s][ts][j - s] <= cap * (1 + 1e-12)]
+                stack = np.full((max(1, len(preds)),) + shape, np.inf)
+                for n, (s, ts) in enumerate(preds):
+                    prev, step = best[s][ts], prefix[j - 1] - prefix[s]
+                    if t == 1:
+                        stack[n, 1:, :] = prev[:-1, :] + step
+                    elif j < L:
+                        stack[n, :, 1:] = prev[:, :-1] + step
+                    else:
+                        stack[n] = prev + step
+                pick = np.argmin(stack, axis=0)
+                cur = np.take_along_axis(stack, pick[None], axis=0)[0]
+                who = np.array([s for s, _ in preds] or [0], dtype=np.int32)
+                who_t = np.array([ts for _, ts in preds] or [0], dtype=np.int8)
                 best[j][t] = cur + (host[j] if t == 1 else 0.0)
-                arg[j][t] = (who_s, who_t)
+                arg[j][t] = (who[pick], who_t[pick])
         end = best[L][0]
         for flat in np.argsort(end, axis=None, kind="stable")[:3]:
             h, d = np.unravel_index(flat, shape)

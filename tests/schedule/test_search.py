@@ -339,6 +339,34 @@ def test_tier_neighbourhood_keeps_the_rest_and_restores_the_model():
     assert again is None or again.predicted_step_time_s >= better.predicted_step_time_s * (1 - 2e-4)
 
 
+def test_residual_neighbourhood_keeps_residuals_with_the_room_they_need():
+    """Keeping one more residual may need several boundaries swapped between the device, the host
+    and NVMe at once, which no single or pair move of the search makes. The residual neighbourhood
+    keeps it and lets CBC choose every tier: on the random 32-layer NVMe instance the search's plan
+    keeps no residual and each probe finds a faster plan that keeps one. Path, tail and depths stay,
+    what was kept stays kept, the plan fits, and the model is left as it was found."""
+    costs, hw = _benchmark_random_nvme_instance(32)
+    plan = search.heuristic_plan(costs, hw, max_segment_length=8, max_resident_tail=8)
+    built = milp.build(costs, hw)
+    bounds = [(v.lb, v.ub) for v in built.model.vars]
+    lp = milp._relaxed(built, solver="clp")
+    assert not any(plan.keep_residuals)
+    better = milp._residual_neighbourhood(built, plan, costs, hw, 30.0, probes=3)
+    assert better.fits() and better.predicted_step_time_s < plan.predicted_step_time_s * (1 - 5e-3)
+    assert better.predicted_step_time_s == pytest.approx(better.repredict().predicted_step_time_s, rel=1e-12)
+    assert any(better.keep_residuals)
+    assert [t == "drop" for t in better.boundary_tiers] == [t == "drop" for t in plan.boundary_tiers]
+    for field in ("resident_tail", "weight_prefetch_depth", "act_prefetch_depth", "optimizer_mode", "name"):
+        assert getattr(better, field) == getattr(plan, field)
+    assert [(v.lb, v.ub) for v in built.model.vars] == bounds
+    assert milp._relaxed(built, solver="clp") == pytest.approx(lp, rel=1e-9)
+    # one probe: the residual asked for is kept, and nothing slower than the plan comes back
+    first = max(built.res, key=lambda l: ((costs.bwd_recompute_time[l + 1] - costs.bwd_time[l + 1])
+                                          / costs.residual_bytes[l], -l))
+    one = milp._tier_neighbourhood(built, better, costs, hw, 30.0, add_residual=first)
+    assert one is None or (one.keep_residuals[first] and one.predicted_step_time_s < better.predicted_step_time_s)
+
+
 def _benchmark_random_nvme_instance(num_layers):
     """benchmarks/planner.py's random heterogeneous instance with NVMe (its (a) table)."""
     import importlib.util
