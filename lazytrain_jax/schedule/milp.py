@@ -93,16 +93,45 @@ MILP_DEPTHS = ((1, 1), (2, 1), (1, 2), (2, 2))   # (weight_prefetch_depth, act_p
 
 class _Model(mip.Model):
     """A python-mip model that also keeps each constraint's expression as it is added: the LP
-    relaxation reads its rows from here (reading them back from CBC costs as much as building)."""
+    relaxation reads its rows from here (reading them back from CBC costs as much as building).
 
-    def __init__(self, *args, **kwargs):
+    ``hold_rows``: the rows are only kept here until CBC or CLP is asked to solve (``optimize``) or
+    :meth:`hand_over` is called; for a model whose LP HiGHS solves (the union relaxation), handing
+    7,000 rows to CBC was a fifth of the build's time at 64 layers."""
+
+    def __init__(self, *args, hold_rows: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.rows = []
+        self._held = hold_rows
 
     def add_constr(self, lin_expr, name="", priority=None):
+        if self._held:
+            if not isinstance(lin_expr, mip.LinExpr):
+                raise mip.InvalidLinExpr(f"{lin_expr!r} cannot be used as a constraint")
+            self.rows.append(lin_expr)
+            return None
         constr = super().add_constr(lin_expr, name, priority)
         self.rows.append(lin_expr)
         return constr
+
+    def hand_over(self):
+        """Gives CBC the rows held back so far (every later row goes to it at once)."""
+        if self._held:
+            self._held = False
+            for expr in self.rows:
+                super().add_constr(expr)
+
+    def optimize(self, *args, **kwargs):
+        self.hand_over()
+        return super().optimize(*args, **kwargs)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows) if self._held else super().num_rows
+
+    @property
+    def num_nz(self) -> int:
+        return sum(len(expr.expr) for expr in self.rows) if self._held else super().num_nz
 
 
 @dataclasses.dataclass
@@ -170,7 +199,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     budget = hardware.device_memory
     slack = budget - base_mem
 
-    m = _Model(sense=mip.MINIMIZE, solver_name="CBC")
+    m = _Model(sense=mip.MINIMIZE, solver_name="CBC", hold_rows=union)
     m.verbose = 1 if verbose else 0
     m.threads = 1
     xs = mip.xsum
@@ -629,6 +658,7 @@ def _offload_split(built: Built, arrays) -> float:
                 return -math.inf
             values.append(value)
         return min(values)
+    built.model.hand_over()
     for v in built.off.values():  # no residual on the host
         v.ub = 0.0
     none = _relaxed(built, solver="clp")
