@@ -42,7 +42,11 @@ device knapsack it added little and tripled the LP's time at 128 layers); (iv) h
 window's binary-triggered loads, T ≥ base + (load − base)⁺·z (a boundary's copy down or NVMe write,
 an NVMe read, a residual's copy down and its fetch), and in a backward window whose compute depends
 on its layer's kept residuals, the same from the base without them, T ≥ base0 − (base0 − base)·res
-+ (load − base0)⁺·z; a fetch that depth 2 may spread over two windows gets the cut on their sum.
++ (load − base0)⁺·z; a fetch that depth 2 may spread over two windows gets the cut on their sum; (v) case cuts: a
+backward window's loads depend on which segment ends at it, a recompute window's on which edge
+covers its dropped boundary, and exactly one case holds, so T ≥ Σ_case (the window's least length
+in that case) · its indicator (the LP otherwise averages the cases' loads before taking the max
+over channels; on random host-only instances this raised the depth LPs by 1-1.5 %).
 Without the fetch cuts the LP fetched a fraction of every residual into each backward window's idle
 upload time (llama3-8b, 64 layers: 1.6 % below the plan; 0.14-0.5 % with them). The memory rows
 are written in units of the largest boundary, weight or residual: in bytes, CLP returned LP values
@@ -157,7 +161,8 @@ class Built:
 
 def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
           weight_prefetch_depth: int = 1, act_prefetch_depth: int = 1, objective: str = "time",
-          union: bool = False, residual_offload: bool = True, verbose: bool = False) -> Built:
+          union: bool = False, residual_offload: bool = True, case_cuts: bool = True,
+          verbose: bool = False) -> Built:
     """The planning MILP for ``costs`` on ``hardware`` at fixed prefetch depths (see the module docstring).
 
     Args:
@@ -168,6 +173,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         bounds the depth-2 upload splits (each at most y of its share), adds y of the deeper buffer's
         bytes and moves the deadlines y of the way to depth 2's (each depth pair is a point y ∈ {0, 1}).
       residual_offload: whether kept residuals may go to the host (``Plan.offload_residuals``).
+      case_cuts: add the windows' case cuts (valid inequalities; off only to measure what they add).
     Returns:
       A Built (the model and its variables).
     Example:
@@ -503,6 +509,42 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             terms = [(sec - base0) * z for sec, z in cut if sec > base0]
             if res_l is not None and terms and base0 > base:
                 m.add_constr(t >= base0 - (base0 - base) * res_l + xs(terms))
+    if case_cuts and not hardware.host_shares_device:
+        # case cuts (the hull of a window over the cases that decide its loads): a window's loads
+        # depend on which of several mutually exclusive indicators holds (which segment ends at a
+        # backward item, which edge covers a dropped boundary), and the LP's max of their averaged
+        # loads is below the average of their maxima when the cases are bound by different
+        # channels. Exactly one case holds in every plan, so T ≥ Σ_case (the least window length
+        # in that case) · its indicator. Only the loads no depth-2 split can move count (weights
+        # at weight depth 1; compute and gradients down always); the resident tail uploads nothing.
+        # On random host-only instances they raised the LPs by 1-1.5 % (64 layers, seed 8:
+        # depths (2,1) 19.540 -> 19.769 s against a 19.933 s plan)
+        def up_min(layer):
+            return 0.0 if layer in r or dw > 1 else W[layer] / h2d
+        for l in range(L):
+            t = window_time[f"B{l}"]
+            if isinstance(t, (int, float)):
+                continue
+            cmin = bwd[l] if l in res else bwd_rc[l]
+            # B_l's next item: layer l - 1's backward (l dropped) or the first item of the segment ending at l
+            cases = [(max(cmin, up_min(l - 1)), drop(l))] if l >= 1 else []
+            cases += [(max(cmin, up_min(first(s, l))), x[s, l]) for s in range(max(0, l - S), l)]
+            if cases and max(v for v, _ in cases) > cmin:
+                m.add_constr(t >= xs(v * ind for v, ind in cases))
+            # layer l + 1's gradients go down in B_l unless layer l starts a segment of length >= 2 below it
+            z = x[L - 1, L] if l + 1 == L else drop(l + 1) + x[l, l + 1]
+            if gprev(l + 1) / d2h > cmin:
+                m.add_constr(t >= cmin + (gprev(l + 1) / d2h - cmin) * z)
+        for j in range(L - 1):
+            t = window_time[f"RC{j}"]
+            if isinstance(t, (int, float)):
+                continue
+            # RC_j exists iff boundary j + 1 is dropped: one edge (s, e) covers it; s = j sends down
+            # the gradients of the layer above the segment
+            cases = [(max(fwd[j], up_min(j + 1), gprev(e) / d2h if s == j else 0.0), var)
+                     for (s, e), var in x.items() if s <= j and e >= j + 2]
+            if cases:
+                m.add_constr(t >= xs(v * ind for v, ind in cases))
     if not hardware.host_shares_device:
         for name, sec, ind in spread_cuts:
             # the window and every candidate for the one before it last at least their bases (each
