@@ -93,8 +93,8 @@ def cbc(args):
         b.model.start = milp._start_values(p, b)
         t = time.perf_counter()
         status = milp._optimize(b, 1e-2, args.time_limit, None, 100_000, preprocess=preprocess)
-        print(f"CBC preprocessing {'on ' if preprocess else 'off'}: {status}, plan {b.model.objective_value:.4f} s, "
-              f"bound {b.model.objective_bound:.4f} s, {time.perf_counter() - t:.2f} s")
+        print(f"CBC preprocessing {'on ' if preprocess else 'off'}: {status}, plan {b.solved.objective_value or float('nan'):.4f} s, "
+              f"bound {b.solved.objective_bound:.4f} s, {time.perf_counter() - t:.2f} s")
 
 
 def windows(args):

@@ -80,6 +80,9 @@ import contextlib
 import dataclasses
 import math
 import os
+import pickle
+import select
+import signal
 import sys
 import threading
 import time
@@ -157,6 +160,21 @@ class Built:
     num_layers: int
     res_max: mip.Var | None = None   # the largest residual on the host (memory rows' units), if any may go there
     res_floor: float = 0.0           # the least of those residuals, in the same units
+    solved: "Solved | None" = None   # the last CBC run's result (``_optimize``)
+
+
+@dataclasses.dataclass
+class Solved:
+    """What a CBC run on a Built's model found: its status, objective value and bound, and every
+    variable's value by index (None without a solution)."""
+
+    status: mip.OptimizationStatus
+    objective_value: float | None
+    objective_bound: float
+    values: list | None
+
+    def value(self, var) -> float:
+        return self.values[var.idx]
 
 
 def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
@@ -809,17 +827,18 @@ def decode(built: Built, costs, hardware, *, status: str, bound: float | None, s
     The gap is (predicted − min(bound, predicted)) / predicted (never negative).
     """
     L = built.num_layers
+    val = built.solved.value if built.solved is not None and built.solved.values is not None else (lambda v: v.x)
     tiers = ["device"] * (L + 1)
     for i in range(1, L):
-        if kept_value(built.out_edges[i]) < 0.5:
+        if sum(val(v) for v in built.out_edges[i]) < 0.5:
             tiers[i] = "drop"
-        elif i in built.host and built.host[i].x > 0.5:
+        elif i in built.host and val(built.host[i]) > 0.5:
             tiers[i] = "host"
-        elif i in built.nv and built.nv[i].x > 0.5:
+        elif i in built.nv and val(built.nv[i]) > 0.5:
             tiers[i] = "nvme"
-    keep = [l in built.res and built.res[l].x > 0.5 for l in range(L)]
-    offload = [l in built.off and built.off[l].x > 0.5 for l in range(L)]
-    k = sum(1 for l in built.r if built.r[l].x > 0.5)
+    keep = [l in built.res and val(built.res[l]) > 0.5 for l in range(L)]
+    offload = [l in built.off and val(built.off[l]) > 0.5 for l in range(L)]
+    k = sum(1 for l in built.r if val(built.r[l]) > 0.5)
     plan = Plan.create(costs, hardware, name="milp", boundary_tiers=tiers, keep_residuals=keep,
                        offload_residuals=offload, resident_tail=k,
                        weight_prefetch_depth=built.weight_prefetch_depth, act_prefetch_depth=built.act_prefetch_depth,
@@ -1073,14 +1092,14 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # before it took the start): the start is still a plan of this space
             if start and (best is None or start_plan.predicted_step_time_s < best.predicted_step_time_s):
                 best = start_plan.replace(name="milp", solver_status="feasible")
-            if built.model.status == mip.OptimizationStatus.INFEASIBLE:
+            if built.solved.status == mip.OptimizationStatus.INFEASIBLE:
                 continue
             # CBC's bound without a solution is not to be trusted (it may not have reached its root)
             best_bound = min(best_bound, lp if lp is not None else 0.0)
             continue
         # two valid bounds for this depth pair: CBC's (which at its time limit may not yet have
         # reached the root LP's value) and the root LP's own
-        bound = max(float(built.model.objective_bound), lp if lp is not None else -math.inf)
+        bound = max(built.solved.objective_bound, lp if lp is not None else -math.inf)
         plan = decode(built, costs, hardware, status=status, bound=bound, solve_time_s=0.0)
         best_bound = min(best_bound, bound)
         if best is None or plan.predicted_step_time_s < best.predicted_step_time_s:
@@ -1169,21 +1188,91 @@ def _limit(cutoff, *plans):
     return min(values) if values else None
 
 
+ISOLATE_CBC = hasattr(os, "fork")  # run CBC's branch and bound in a child process (see _optimize)
+CBC_GRACE_S = 60.0                  # how long past its time limit a CBC child may run before it is stopped
+
+
 def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float | None,
               max_nodes: int = DEFAULT_MAX_NODES, preprocess: bool = True) -> str | None:
     """CBC on ``built.model`` (its start, if set); the status name, or None without a solution.
-    ``preprocess=False`` skips CBC's preprocessing (``benchmarks/planner_probes.py cbc`` compares)."""
+    What it found is in ``built.solved`` (``decode`` reads the values from there).
+    ``preprocess=False`` skips CBC's preprocessing (``benchmarks/planner_probes.py cbc`` compares).
+
+    Where the platform forks (``ISOLATE_CBC``), CBC runs in a child process on a copy of the model
+    and sends back its status, bound and values: CBC's branch and bound has aborted with a double
+    free in its postprocessing on a 128-layer model and then hung in its own crash handler (README,
+    "Known problem"). A child that dies, or outlives its time limit by ``CBC_GRACE_S``, counts as a
+    run without a solution; the model in this process is never solved, so the next run starts clean."""
     m = built.model
     if cutoff is not None:
         m.cutoff = cutoff
     m.max_mip_gap = rel_gap
     m.max_mip_gap_abs = 1e-9
     m.preprocess = -1 if preprocess else 0
+    if isinstance(m, _Model):
+        m.hand_over()  # before the fork: the child's copy must have every row
     with (contextlib.nullcontext() if m.verbose else _quiet_stdout()):
-        status = m.optimize(max_seconds=time_limit_s, max_nodes=max_nodes)
+        if ISOLATE_CBC:
+            built.solved = _cbc_in_child(m, time_limit_s, max_nodes)
+        else:
+            built.solved = _cbc_here(m, time_limit_s, max_nodes)
+    status = built.solved.status
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None
     return status.name.lower()
+
+
+def _cbc_here(m: mip.Model, time_limit_s: float, max_nodes: int) -> Solved:
+    status = m.optimize(max_seconds=time_limit_s, max_nodes=max_nodes)
+    found = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
+    bound = m.objective_bound
+    return Solved(status=status, objective_value=float(m.objective_value) if found else None,
+                  objective_bound=float(bound) if bound is not None else -math.inf,
+                  values=[v.x for v in m.vars] if found else None)
+
+
+def _cbc_in_child(m: mip.Model, time_limit_s: float, max_nodes: int) -> Solved:
+    """:func:`_cbc_here` in a forked child; ``Solved`` with status ERROR if the child dies or hangs."""
+    failed = Solved(status=mip.OptimizationStatus.ERROR, objective_value=None, objective_bound=-math.inf, values=None)
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    with warnings.catch_warnings():  # JAX warns on any fork; the child only runs CBC and exits
+        warnings.simplefilter("ignore")
+        pid = os.fork()
+    if pid == 0:  # the child: solve, send the result, leave without any of the parent's cleanup
+        code = 1
+        try:
+            os.close(read_fd)
+            solved = _cbc_here(m, time_limit_s, max_nodes)
+            payload = pickle.dumps((solved.status.value, solved.objective_value, solved.objective_bound,
+                                    solved.values))
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(payload)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    deadline = time.monotonic() + (time_limit_s if math.isfinite(time_limit_s) else 1e9) + CBC_GRACE_S
+    chunks = []
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_fd], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)   # hung (or past its limit): stop it
+                break
+            chunk = os.read(read_fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_fd)
+        _, wait_status = os.waitpid(pid, 0)
+    if not chunks or not os.WIFEXITED(wait_status) or os.WEXITSTATUS(wait_status) != 0:
+        warnings.warn(f"CBC's run in a child process ended without a result (wait status {wait_status}); "
+                      f"the plan found so far stands", RuntimeWarning, stacklevel=3)
+        return failed
+    status, value, bound, values = pickle.loads(b"".join(chunks))
+    return Solved(status=mip.OptimizationStatus(status), objective_value=value, objective_bound=bound, values=values)
 
 
 def _search_for_depths(costs, hardware, dw, da, max_segment_length, max_resident_tail, evaluations,
@@ -1216,10 +1305,6 @@ def _at_depths(plan: Plan | None, dw: int, da: int) -> Plan | None:
         return plan
     moved = plan.repredict(weight_prefetch_depth=dw, act_prefetch_depth=da)
     return moved if moved.fits() else None
-
-
-def kept_value(edges) -> float:
-    return sum(var.x for var in edges)
 
 
 def _start_values(plan, built: Built):
