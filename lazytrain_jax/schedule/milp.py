@@ -1201,7 +1201,7 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     Where the platform forks (``ISOLATE_CBC``), CBC runs in a child process on a copy of the model
     and sends back its status, bound and values: CBC's branch and bound has aborted with a double
     free in its postprocessing on a 128-layer model and then hung in its own crash handler (README,
-    "Known problem"). A child that dies, or outlives its time limit by ``CBC_GRACE_S``, counts as a
+    "CBC can abort"). A child that dies, or outlives its time limit by ``CBC_GRACE_S``, counts as a
     run without a solution; the model in this process is never solved, so the next run starts clean."""
     m = built.model
     if cutoff is not None:
@@ -1209,8 +1209,6 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     m.max_mip_gap = rel_gap
     m.max_mip_gap_abs = 1e-9
     m.preprocess = -1 if preprocess else 0
-    if isinstance(m, _Model):
-        m.hand_over()  # before the fork: the child's copy must have every row
     with (contextlib.nullcontext() if m.verbose else _quiet_stdout()):
         if ISOLATE_CBC:
             built.solved = _cbc_in_child(m, time_limit_s, max_nodes)
