@@ -100,7 +100,7 @@ def part_a(only: str | None = None):
                   f"gap {p.gap:.2e}  step {p.predicted_step_time_s:7.2f} s  depths ({p.weight_prefetch_depth},"
                   f"{p.act_prefetch_depth})  {p.solver_status}  same plan: {same}  [search {stats['search_s']:.2f} s,"
                   f" LP {stats['lp_s']:.2f} s x{stats['lp_solves']}, tiers {stats['neighbourhood_s']:.2f} s,"
-                  f" CBC {stats['cbc_s']:.2f} s x{stats['cbc_runs']},"
+                  f" B&B {stats['bb_s']:.2f} s x{stats['bb_runs']} ({milp.MIP_SOLVER}),"
                   f" proof {stats['proof']}]", flush=True)
 
 

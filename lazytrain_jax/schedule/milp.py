@@ -753,6 +753,22 @@ def _relaxed(built: Built, *, solver: str = "auto") -> float:
     return float(built.model.objective_value) if ok else float("inf")
 
 
+def _background_lps(builts: list):
+    """Starts ``_relaxed`` of every model in ``builts`` in a thread (HiGHS releases the interpreter
+    lock; the arrays are read here first, which holds it); returns a function that waits for the
+    values (CLP, in this thread, where HiGHS could not say)."""
+    arrays = [_highs_arrays(b.model) for b in builts]
+    if any(a is None for a in arrays):
+        return lambda: [_relaxed(b) for b in builts]
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    futures = [pool.submit(_highs_solve, a) for a in arrays]
+    pool.shutdown(wait=False)
+
+    def values():
+        return [f.result() if f.result() is not None else _relaxed(b, solver="clp") for b, f in zip(builts, futures)]
+    return values
+
+
 def _highs_lp(m: mip.Model) -> float | None:
     """The LP relaxation of ``m`` (a minimisation) solved by HiGHS: its optimum (a bound within
     ``IPM_GAP`` below it), inf when infeasible, None when HiGHS cannot say (or scipy is missing)."""
@@ -867,7 +883,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       cutoff: only plans with an objective below this are of interest (None when there is none).
       depths: the (weight_prefetch_depth, act_prefetch_depth) pairs to choose from (1 or 2 each).
       search_evaluations: move evaluations of the search heuristic that provides the start.
-      max_nodes: CBC branch-and-bound nodes per depth pair. Node and evaluation counts, not
+      max_nodes: branch-and-bound nodes per depth pair. Node and evaluation counts, not
         seconds, bound the work, so the same input gives the same plan whatever the machine load
         (as long as ``time_limit_s``, a safety net, is not reached first).
       residual_offload: whether kept residuals may live on the host (``Plan.offload_residuals``).
@@ -877,11 +893,11 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         ``lp_solves`` of them; the LP for all depth pairs is solved while the search runs, so the
         two overlap), ``neighbourhood_s`` (``_tier_neighbourhood``: the best boundary tiers for an
         unproved start's path and residuals, a small MILP per depth pair, then
-        ``_residual_neighbourhood``'s probes), ``cbc_s`` (branch and
-        bound, ``cbc_runs`` of them) and ``proof``
+        ``_residual_neighbourhood``'s probes), ``bb_s`` (branch and
+        bound, ``bb_runs`` of them: CBC's or HiGHS', ``MIP_SOLVER``) and ``proof``
         (``union_lp``: the LP for every depth pair, split in two on the residual offload where it leaves
         room (``_offload_split``), proved the gap; ``depth_lps``: each depth pair's LP
-        did; ``cbc``: CBC branched).
+        did; ``cbc`` / ``highs``: that solver branched).
     Returns:
       The optimal (or best found) Plan, or None when no plan fits the budgets (or beats ``cutoff``).
     Example:
@@ -889,7 +905,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     """
     t0 = time.perf_counter()
     stats = {} if stats is None else stats
-    stats.update(search_s=0.0, lp_s=0.0, lp_solves=0, neighbourhood_s=0.0, cbc_s=0.0, cbc_runs=0, proof="depth_lps")
+    stats.update(search_s=0.0, lp_s=0.0, lp_solves=0, neighbourhood_s=0.0, bb_s=0.0, bb_runs=0, proof="depth_lps")
 
     def timed_lp(built, solver="auto"):
         t = time.perf_counter()
@@ -995,6 +1011,9 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         return (cutoff is None or value < cutoff) and value - union <= rel_gap * value
 
     carried = None  # the union phase's best plan, when the union LP does not prove it
+    # HiGHS' branch and cut follows for models this large (``_mip_solver``): the depth pairs'
+    # cheap part (LP, search, neighbourhoods) is then left to it
+    direct = rel_gap > 0 and union_built is not None and _mip_solver(union_built.model) == "highs"
     if incumbent is not None and union is not None:
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed.
         # Where it does not, the search's plans for the other depth pairs are tried against it
@@ -1029,11 +1048,21 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # plan any of them gave (a plan found at depths (1, 2) can spare CBC's run at (1, 1))
     heuristic = carried   # the best unproved plan of the cheap part (rel_gap > 0)
     pending = []
+    if carried is not None:  # its own depth pair first
+        own = (carried.weight_prefetch_depth, carried.act_prefetch_depth)
+        depths = sorted(depths, key=lambda d: d != own)
     for dw, da in depths:
         built = build(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **kw)
         start_plan = _at_depths(found, dw, da) or _at_depths(warm_start, dw, da)
         if best is not None and (start_plan is None or best.predicted_step_time_s <= start_plan.predicted_step_time_s):
             start_plan = None
+        if direct and _mip_solver(built.model) == "highs":
+            # HiGHS' branch and cut proves or improves the best plan so far at these depths by
+            # itself: the cheap part below (search, neighbourhoods) would only repeat its work.
+            # The pair's LP still rules it out first, unless it is the union phase's own pair
+            # (which the union LP did not prove: HiGHS solves that LP at its root anyway)
+            pending.append((built, None, start_plan))
+            continue
         limit = _limit(cutoff, best, heuristic)
         lp = timed_lp(built) if rel_gap > 0 or best is not None else None
         if lp is not None:
@@ -1066,13 +1095,15 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             if start_plan is not None and rel_gap > 0 and (heuristic is None or value < heuristic.predicted_step_time_s):
                 heuristic = start_plan
         pending.append((built, lp, start_plan))
-    for built, lp, start_plan in pending:
+    def branch(built, lp, start_plan):
+        """Branch and bound on one depth pair's model, unless its LP rules it out."""
+        nonlocal best, best_bound
         limit = _limit(cutoff, best, heuristic)
         if lp is None and best is not None:  # rel_gap 0: a CBC run has given a plan to compare with
             lp = timed_lp(built)
         if lp is not None and limit is not None and lp >= limit * (1 - rel_gap):
             best_bound = min(best_bound, lp)
-            continue
+            return
         if start_plan is not None and (limit is None or start_plan.predicted_step_time_s < limit
                                        or start_plan is heuristic):
             start = _start_values(start_plan, built)
@@ -1083,34 +1114,58 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         t = time.perf_counter()
         # with CBC's preprocessing: without it CBC was faster on three random NVMe instances but
         # returned worse plans on four of five random instances (README, "CBC without its preprocessing")
-        status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes)
-        stats["cbc_s"] += time.perf_counter() - t
-        stats["cbc_runs"] += 1
-        stats["proof"] = "cbc"
+        solver = _mip_solver(built.model)
+        status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes, solver=solver)
+        stats["bb_s"] += time.perf_counter() - t
+        stats["bb_runs"] += 1
+        stats["proof"] = "cbc" if solver == "cbc" else "highs"
         if status is None:
-            # CBC ended without a solution (infeasible below the cutoff, or its time limit struck
-            # before it took the start): the start is still a plan of this space
+            # no solution (infeasible below the cutoff, or the time limit struck before CBC took
+            # the start): the start is still a plan of this space
             if start and (best is None or start_plan.predicted_step_time_s < best.predicted_step_time_s):
                 best = start_plan.replace(name="milp", solver_status="feasible")
             if built.solved.status == mip.OptimizationStatus.INFEASIBLE:
-                continue
-            # CBC's bound without a solution is not to be trusted (it may not have reached its root)
-            best_bound = min(best_bound, lp if lp is not None else 0.0)
-            continue
-        # two valid bounds for this depth pair: CBC's (which at its time limit may not yet have
-        # reached the root LP's value) and the root LP's own
+                # nothing below CBC's cutoff (the limit); for HiGHS, no plan at all
+                if solver == "cbc" and limit is not None:
+                    best_bound = min(best_bound, limit)
+                return
+            # CBC's bound without a solution is not to be trusted (it may not have reached its
+            # root); HiGHS reports a valid dual bound (-inf before its root)
+            trusted = built.solved.objective_bound if solver == "highs" else -math.inf
+            best_bound = min(best_bound, max(lp if lp is not None else 0.0, trusted))
+            return
+        # two valid bounds for this depth pair: the solver's (which at its time limit may not yet
+        # have reached the root LP's value) and the root LP's own
         bound = max(built.solved.objective_bound, lp if lp is not None else -math.inf)
         plan = decode(built, costs, hardware, status=status, bound=bound, solve_time_s=0.0)
         best_bound = min(best_bound, bound)
-        if best is None or plan.predicted_step_time_s < best.predicted_step_time_s:
-            best = plan
+        if (cutoff is None or plan.predicted_step_time_s < cutoff) and (
+                best is None or plan.predicted_step_time_s < best.predicted_step_time_s):
+            best = plan   # (HiGHS had no cutoff: its plan may be worse than the best so far)
+
+    if direct and pending:
+        # HiGHS on the union phase's own depth pair first (depths sorted so) while the other
+        # pairs' LPs are solved beside it (HiGHS releases the interpreter lock), then on those
+        # pairs in order of their LP, each while its LP leaves room below the best plan so far
+        rest = pending[1:]
+        lps = _background_lps([b for b, _, _ in rest])
+        branch(*pending[0])
+        t = time.perf_counter()
+        values = lps()
+        stats["lp_s"] += time.perf_counter() - t
+        stats["lp_solves"] += len(rest)
+        for (built, _, start_plan), value in sorted(zip(rest, values), key=lambda e: e[1]):
+            branch(built, value, start_plan)
+    else:
+        for entry in pending:
+            branch(*entry)
     if heuristic is not None and (best is None or heuristic.predicted_step_time_s < best.predicted_step_time_s):
         best = heuristic.replace(name="milp", solver_status="feasible")
     if best is None:
         return None
     value = best.predicted_step_time_s
     gap = max(0.0, (value - min(best_bound, value)) / value)
-    if best.solver_status == "feasible" and gap <= rel_gap:
+    if best.solver_status == "feasible" and gap <= rel_gap * (1 + 1e-9):
         best = best.replace(solver_status="optimal")
     return best.replace(gap=gap, solve_time_s=time.perf_counter() - t0)
 
@@ -1188,14 +1243,20 @@ def _limit(cutoff, *plans):
     return min(values) if values else None
 
 
+MIP_SOLVER = "auto"  # "cbc" | "highs" | "auto" (``_mip_solver``: HiGHS for large models)
 ISOLATE_CBC = hasattr(os, "fork")  # run CBC's branch and bound in a child process (see _optimize)
 CBC_GRACE_S = 60.0                  # how long past its time limit a CBC child may run before it is stopped
 
 
 def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float | None,
-              max_nodes: int = DEFAULT_MAX_NODES, preprocess: bool = True) -> str | None:
-    """CBC on ``built.model`` (its start, if set); the status name, or None without a solution.
-    What it found is in ``built.solved`` (``decode`` reads the values from there).
+              max_nodes: int = DEFAULT_MAX_NODES, preprocess: bool = True, *,
+              solver: str | None = None) -> str | None:
+    """Branch and bound on ``built.model``; the status name, or None without a solution. What it
+    found is in ``built.solved`` (``decode`` reads the values from there).
+
+    ``solver``: "cbc" (python-mip's CBC, from the model's start if set, nothing at or above
+    ``cutoff``) or "highs" (HiGHS' branch and cut through scipy, without start or cutoff:
+    ``_highs_mip``); None: ``MIP_SOLVER``'s choice for this model (``_mip_solver``).
     ``preprocess=False`` skips CBC's preprocessing (``benchmarks/planner_probes.py cbc`` compares).
 
     Where the platform forks (``ISOLATE_CBC``), CBC runs in a child process on a copy of the model
@@ -1204,6 +1265,12 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     "CBC can abort"). A child that dies, or outlives its time limit by ``CBC_GRACE_S``, counts as a
     run without a solution; the model in this process is never solved, so the next run starts clean."""
     m = built.model
+    if solver is None:
+        solver = _mip_solver(m)
+    if solver == "highs":   # (no cutoff: see _highs_mip; solve keeps only plans below it)
+        built.solved = _highs_mip(m, rel_gap, time_limit_s, max_nodes)
+        status = built.solved.status
+        return status.name.lower() if status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE) else None
     if cutoff is not None:
         m.cutoff = cutoff
     m.max_mip_gap = rel_gap
@@ -1218,6 +1285,60 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None
     return status.name.lower()
+
+
+def _mip_solver(m: mip.Model) -> str:
+    """``MIP_SOLVER`` for model ``m``: "auto" is HiGHS from ``HIGHS_MIN_NONZEROS`` nonzeros up where
+    scipy has ``milp``, CBC otherwise."""
+    if MIP_SOLVER in ("cbc", "highs"):
+        return MIP_SOLVER if MIP_SOLVER == "cbc" or _scipy_milp() is not None else "cbc"
+    return "highs" if m.num_nz >= HIGHS_MIN_NONZEROS and _scipy_milp() is not None else "cbc"
+
+
+def _scipy_milp():
+    try:
+        from scipy.optimize import milp
+    except ImportError:
+        return None
+    return milp
+
+
+def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int) -> Solved:
+    """HiGHS' branch and cut (scipy's ``milp``) on ``m``, to ``rel_gap`` of its own incumbent.
+
+    No cutoff is passed: HiGHS 1.12 compares its ``objective_bound`` with the presolved model's
+    objective, which differs by the presolve's offset (with a cutoff 10 % below the optimum it
+    still returned the optimum, so it could as well prune below a cutoff); with presolve off, or
+    the cutoff as a row, it took 9.8 s and 26.6 s where the plain run took 6.1-6.6 s (random
+    128-layer instance, depths (2, 1)). A plan already in hand is proved all the same: HiGHS'
+    bound is within ``rel_gap`` of its incumbent, so of any plan no better than that incumbent."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint
+    milp = _scipy_milp()
+    cost, args, const = _highs_arrays(m)
+    constraints = []
+    if args["A_ub"] is not None:
+        constraints.append(LinearConstraint(args["A_ub"], -np.inf, args["b_ub"]))
+    if args["A_eq"] is not None:
+        constraints.append(LinearConstraint(args["A_eq"], args["b_eq"], args["b_eq"]))
+    integrality = np.array([1 if v.var_type in (mip.BINARY, mip.INTEGER) else 0 for v in m.vars])
+    options = dict(mip_rel_gap=rel_gap, node_limit=int(max_nodes), disp=False)
+    if math.isfinite(time_limit_s):
+        options["time_limit"] = float(time_limit_s)
+    with _quiet_stdout():  # HiGHS prints some of its solution repairs to fd 1
+        res = milp(cost, constraints=constraints, integrality=integrality,
+                   bounds=Bounds(args["bounds"][:, 0], args["bounds"][:, 1]), options=options)
+    bound = getattr(res, "mip_dual_bound", None)
+    bound = float(bound) + const if bound is not None and math.isfinite(bound) else -math.inf
+    if res.x is None:
+        if res.status == 2:
+            return Solved(status=mip.OptimizationStatus.INFEASIBLE, objective_value=None,
+                          objective_bound=math.inf, values=None)
+        return Solved(status=mip.OptimizationStatus.NO_SOLUTION_FOUND, objective_value=None,
+                      objective_bound=bound, values=None)
+    status = mip.OptimizationStatus.OPTIMAL if res.status == 0 else mip.OptimizationStatus.FEASIBLE
+    return Solved(status=status, objective_value=float(res.fun) + const, objective_bound=bound,
+                  values=[float(v) for v in res.x])
 
 
 def _cbc_here(m: mip.Model, time_limit_s: float, max_nodes: int) -> Solved:

@@ -137,9 +137,9 @@ def test_solve_reports_where_its_seconds_went():
     stats = {}
     p = milp.solve(costs, hw, rel_gap=1e-2, stats=stats)
     assert p.gap <= 1e-2
-    assert stats["proof"] in ("union_lp", "depth_lps", "cbc") and stats["search_s"] > 0
+    assert stats["proof"] in ("union_lp", "depth_lps", "cbc", "highs") and stats["search_s"] > 0
     assert stats["lp_solves"] >= 1 and stats["lp_s"] > 0
-    assert (stats["cbc_runs"] > 0) == (stats["proof"] == "cbc") and (stats["cbc_s"] > 0) == (stats["cbc_runs"] > 0)
+    assert (stats["bb_runs"] > 0) == (stats["proof"] in ("cbc", "highs")) and (stats["bb_s"] > 0) == (stats["bb_runs"] > 0)
 
 
 def test_cbc_stopped_before_its_start_still_returns_the_start():
@@ -154,7 +154,7 @@ def test_cbc_stopped_before_its_start_still_returns_the_start():
     stats = {}
     p = milp.solve(costs, hw, time_limit_s=1e-3, stats=stats)
     assert p is not None and p.fits() and p.predicted_step_time_s <= found.predicted_step_time_s + 1e-12
-    assert stats["proof"] == "cbc" and stats["cbc_runs"] >= 1  # the LPs do not prove this start
+    assert stats["proof"] == "cbc" and stats["bb_runs"] >= 1  # the LPs do not prove this start
     assert p.solver_status == "feasible" and p.gap > 1e-2
 
 
@@ -186,7 +186,7 @@ def test_union_lp_proves_a_deeper_prefetch_plan():
     stats = {}
     solved = milp.solve(costs, hw, stats=stats)
     assert (solved.weight_prefetch_depth, solved.act_prefetch_depth) == (2, 1)
-    assert stats["proof"] == "union_lp" and stats["lp_solves"] == 1 and stats["cbc_runs"] == 0
+    assert stats["proof"] == "union_lp" and stats["lp_solves"] == 1 and stats["bb_runs"] == 0
     assert solved.fits() and solved.gap <= milp.DEFAULT_REL_GAP
     bound = milp.lp_bound(costs, hw)
     assert solved.predicted_step_time_s * (1 - solved.gap) == pytest.approx(bound, rel=1e-5)
@@ -207,7 +207,7 @@ def test_residual_fetch_cuts_prove_the_llama3_8b_plan():
     hw = hw0.replace(device_memory=_room_for(costs, 0.5))
     stats = {}
     solved = milp.solve(costs, hw, stats=stats)
-    assert stats["proof"] == "union_lp" and stats["cbc_runs"] == 0 and stats["lp_solves"] == 1
+    assert stats["proof"] == "union_lp" and stats["bb_runs"] == 0 and stats["lp_solves"] == 1
     assert solved.fits() and solved.gap <= milp.DEFAULT_REL_GAP
     value = solved.predicted_step_time_s
     union = milp.build(costs, hw, union=True)
@@ -276,7 +276,7 @@ def test_deeper_activation_prefetch_plan_proved_without_cbc():
     stats = {}
     solved = milp.solve(costs, hw, stats=stats)
     assert (solved.weight_prefetch_depth, solved.act_prefetch_depth) == (1, 2)
-    assert stats["cbc_runs"] == 0 and stats["proof"] == "union_lp" and stats["lp_solves"] == 1
+    assert stats["bb_runs"] == 0 and stats["proof"] == "union_lp" and stats["lp_solves"] == 1
     assert solved.fits() and solved.gap <= milp.DEFAULT_REL_GAP and solved.solver_status == "optimal"
     assert solved.predicted_step_time_s < shallow.predicted_step_time_s * (1 - 0.02)
     held = milp._at_depths(milp._search_for_depths(costs, hw, 1, 2, 8, 8, search.DEFAULT_EVALUATIONS, True), 1, 2)

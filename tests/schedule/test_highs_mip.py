@@ -1,0 +1,86 @@
+"""HiGHS' branch and cut (``milp.MIP_SOLVER``, scipy's ``milp``) as the planner's branch and bound:
+the same optimum as the enumeration and as CBC, its cutoff's meaning, and the large-model path
+(``direct``: the depth pairs' LPs, then HiGHS on each pair they leave open) proving its plan
+within ``rel_gap`` of the exact optimum."""
+
+import math
+import random
+
+import mip
+import pytest
+
+from lazytrain_jax.schedule import milp
+from lazytrain_jax.schedule.hardware import Hardware
+
+from tests.schedule.test_milp_exhaustive import CASES, enumerate_best, hardware_for, instance
+from tests.schedule.test_search import _heterogeneous_costs, _room_for
+
+
+def _decisions(plan):
+    return (plan.boundary_tiers, plan.keep_residuals, plan.offload_residuals, plan.resident_tail,
+            plan.weight_prefetch_depth, plan.act_prefetch_depth)
+
+
+@pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", CASES[:4] + [(5, 9, 9, 20, 0, 60)])
+def test_highs_matches_enumeration(monkeypatch, num_layers, seed, dev, host, nvme, bw):
+    monkeypatch.setattr(milp, "MIP_SOLVER", "highs")
+    costs = instance(num_layers, seed)
+    hw = hardware_for(costs, dev, host, nvme, bw)
+    expected = enumerate_best(costs, hw, max_segment_length=4, max_resident_tail=num_layers)
+    stats = {}
+    solved = milp.solve(costs, hw, max_segment_length=4, max_resident_tail=num_layers, rel_gap=0.0, stats=stats)
+    assert stats["bb_runs"] >= 1 and stats["proof"] == "highs"
+    assert abs(solved.predicted_step_time_s - expected) <= 1e-6
+    assert solved.fits() and solved.gap <= 1e-9
+
+
+def _random_instance(num_layers, seed):
+    costs = _heterogeneous_costs(random.Random(seed), num_layers)
+    hw = Hardware(device_memory=_room_for(costs, 0.3), host_memory=2e9, nvme_memory=5e9, h2d_bw=12e9, d2h_bw=12e9,
+                  device_flops=1e14, host_opt_rate=3e9)
+    return costs, hw
+
+
+def test_highs_mip_finds_cbcs_optimum_and_decodes_to_the_step_model():
+    costs, hw = _random_instance(8, 4)
+    built = milp.build(costs, hw)
+    exact = milp._highs_mip(built.model, 0.0, 60.0, 10_000)
+    assert exact.status == mip.OptimizationStatus.OPTIMAL
+    assert exact.objective_bound == pytest.approx(exact.objective_value, rel=1e-9)
+    cbc = milp._cbc_here(built.model, 60.0, 10_000)
+    assert cbc.objective_value == pytest.approx(exact.objective_value, rel=1e-7)
+    built.solved = exact
+    plan = milp.decode(built, costs, hw, status="optimal", bound=None, solve_time_s=0.0)
+    assert plan.predicted_step_time_s == pytest.approx(exact.objective_value, rel=1e-7)   # the MILP is the step model
+    # a gap: HiGHS stops within it of its incumbent, and its bound stays below the optimum
+    loose = milp._highs_mip(built.model, 0.05, 60.0, 10_000)
+    assert loose.objective_bound <= exact.objective_value * (1 + 1e-9)
+    assert loose.objective_value - loose.objective_bound <= 0.05 * loose.objective_value * (1 + 1e-9)
+    # no plan at all: INFEASIBLE
+    tiny = milp.build(costs, hw.replace(device_memory=hw.device_memory * 0.2))
+    assert milp._highs_mip(tiny.model, 0.0, 60.0, 10_000).status == mip.OptimizationStatus.INFEASIBLE
+
+
+@pytest.mark.parametrize("num_layers,seed", [(12, 7), (16, 7)])
+def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed):
+    """The large-model path (forced here on small instances): its plan is within rel_gap of the
+    exact optimum (CBC, rel_gap 0), its reported bound below that optimum, and the same plan twice."""
+    costs, hw = _random_instance(num_layers, seed)
+    monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
+    exact = milp.solve(costs, hw, rel_gap=0.0)
+    assert exact.solver_status == "optimal"
+    optimum = exact.predicted_step_time_s
+    monkeypatch.setattr(milp, "MIP_SOLVER", "auto")
+    monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)
+    plans = []
+    for _ in range(2):
+        stats = {}
+        plans.append(milp.solve(costs, hw, rel_gap=1e-2, stats=stats))
+        assert stats["proof"] in ("union_lp", "depth_lps", "highs") and stats["neighbourhood_s"] == 0.0
+    p = plans[0]
+    assert _decisions(p) == _decisions(plans[1])
+    assert p.fits() and p.solver_status == "optimal" and p.gap <= 1e-2 * (1 + 1e-9)
+    assert p.predicted_step_time_s >= optimum - 1e-9
+    assert p.predicted_step_time_s - optimum <= 1e-2 * p.predicted_step_time_s
+    assert p.predicted_step_time_s * (1 - p.gap) <= optimum * (1 + 1e-9)   # a valid bound
+    assert math.isfinite(p.gap)
