@@ -21,7 +21,8 @@ def _decisions(plan):
             plan.weight_prefetch_depth, plan.act_prefetch_depth)
 
 
-@pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", CASES[:4] + [(5, 9, 9, 20, 0, 60)])
+@pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", CASES[:4] + [
+    pytest.param(5, 9, 9, 20, 0, 60, marks=pytest.mark.slow)])   # the host residual tier wins (enumeration: 12 s)
 def test_highs_matches_enumeration(monkeypatch, num_layers, seed, dev, host, nvme, bw):
     monkeypatch.setattr(milp, "MIP_SOLVER", "highs")
     costs = instance(num_layers, seed)
@@ -61,7 +62,7 @@ def test_highs_mip_finds_cbcs_optimum_and_decodes_to_the_step_model():
     assert milp._highs_mip(tiny.model, 0.0, 60.0, 10_000).status == mip.OptimizationStatus.INFEASIBLE
 
 
-@pytest.mark.parametrize("num_layers,seed", [(12, 7), (16, 7)])
+@pytest.mark.parametrize("num_layers,seed", [pytest.param(12, 7, marks=pytest.mark.slow), (16, 7)])
 def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed):
     """The large-model path (forced here on small instances): its plan is within rel_gap of the
     exact optimum (CBC, rel_gap 0), its reported bound below that optimum, and the same plan twice."""
