@@ -1107,8 +1107,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         """Branch and bound on one depth pair's model, unless its LP rules it out."""
         nonlocal best, best_bound
         limit = _limit(cutoff, best, heuristic)
-        if lp is None and best is not None:  # rel_gap 0: a CBC run has given a plan to compare with
-            lp = timed_lp(built)
+        if lp is None and (best is not None or cutoff is not None):
+            lp = timed_lp(built)  # a plan to compare with (rel_gap 0: from a CBC run), or the caller's cutoff
         if lp is not None and limit is not None and lp >= limit * (1 - rel_gap):
             best_bound = min(best_bound, lp)
             return
