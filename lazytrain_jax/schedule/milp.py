@@ -66,8 +66,8 @@ the best boundary tiers for that plan's path and residuals (``_tier_neighbourhoo
 model with everything else fixed, a few hundred nodes of CBC), then more residuals kept, each
 with the tiers that make its room (``_residual_neighbourhood``), and CBC branches only
 afterwards, for the pairs whose LP still leaves room below the best plan any of them gave. With
-``rel_gap=0`` CBC always runs (the exhaustive tests). Large models (from ``HIGHS_MIN_NONZEROS``
-nonzeros, about 40 layers; ``MIP_SOLVER``) branch with HiGHS' branch and cut (scipy's ``milp``)
+``rel_gap=0`` CBC always runs (the exhaustive tests). Large models (from ``HIGHS_MIP_MIN_NONZEROS``
+nonzeros, about 22 layers; ``MIP_SOLVER``) branch with HiGHS' branch and cut (scipy's ``milp``)
 instead, and skip the depth pairs' cheap part: HiGHS' root (presolve, cuts, its own heuristics)
 does what that part did, better. It runs first on the union phase's own depth pair while the
 other pairs' LPs are solved in a thread beside it, then on those pairs in order of their LP while
@@ -1252,6 +1252,10 @@ def _limit(cutoff, *plans):
 
 
 MIP_SOLVER = "auto"  # "cbc" | "highs" | "auto" (``_mip_solver``: HiGHS for large models)
+# where "auto" branches with HiGHS: random NVMe instances (benchmarks/planner.py's family, seeds
+# 7-9, rel_gap 1 %) took 0.8-1.1 s with CBC and 1.2-1.3 s with HiGHS at 16 layers (5,000 nonzeros),
+# 2.3-8.2 s and 2.2-5.3 s at 24 (8,700-9,200), 4.3-21.8 s (one left at 1.01 %) and 3.4-5.5 s at 32
+HIGHS_MIP_MIN_NONZEROS = 8_000
 ISOLATE_CBC = hasattr(os, "fork")  # run CBC's branch and bound in a child process (see _optimize)
 CBC_GRACE_S = 60.0                  # how long past its time limit a CBC child may run before it is stopped
 
@@ -1296,11 +1300,11 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
 
 
 def _mip_solver(m: mip.Model) -> str:
-    """``MIP_SOLVER`` for model ``m``: "auto" is HiGHS from ``HIGHS_MIN_NONZEROS`` nonzeros up where
-    scipy has ``milp``, CBC otherwise."""
+    """``MIP_SOLVER`` for model ``m``: "auto" is HiGHS from ``HIGHS_MIP_MIN_NONZEROS`` nonzeros up
+    where scipy has ``milp``, CBC otherwise."""
     if MIP_SOLVER in ("cbc", "highs"):
         return MIP_SOLVER if MIP_SOLVER == "cbc" or _scipy_milp() is not None else "cbc"
-    return "highs" if m.num_nz >= HIGHS_MIN_NONZEROS and _scipy_milp() is not None else "cbc"
+    return "highs" if m.num_nz >= HIGHS_MIP_MIN_NONZEROS and _scipy_milp() is not None else "cbc"
 
 
 def _scipy_milp():

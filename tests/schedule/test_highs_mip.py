@@ -72,7 +72,7 @@ def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed):
     assert exact.solver_status == "optimal"
     optimum = exact.predicted_step_time_s
     monkeypatch.setattr(milp, "MIP_SOLVER", "auto")
-    monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
     plans = []
     for _ in range(2):
         stats = {}
