@@ -85,3 +85,14 @@ def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed):
     assert p.predicted_step_time_s - optimum <= 1e-2 * p.predicted_step_time_s
     assert p.predicted_step_time_s * (1 - p.gap) <= optimum * (1 + 1e-9)   # a valid bound
     assert math.isfinite(p.gap)
+
+
+def test_highs_stopped_by_its_time_limit_still_returns_a_plan(monkeypatch):
+    """HiGHS ended by its time limit before any solution: the union phase's plan comes back,
+    unproved (``feasible``, a gap above rel_gap), never None."""
+    costs, hw = _random_instance(16, 7)
+    monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
+    stats = {}
+    p = milp.solve(costs, hw, rel_gap=1e-3, time_limit_s=1e-3, stats=stats)
+    assert stats["proof"] == "highs" and stats["bb_runs"] >= 1
+    assert p is not None and p.fits() and p.solver_status == "feasible" and p.gap > 1e-3
