@@ -58,9 +58,10 @@ def random_nvme_hardware(costs):
 def part_a(only: str | None = None):
     """``only``: run just the instances whose label contains it."""
     print("(a) MILP solve time and gap vs layers, 2 repeats each (median, max wall seconds); rel_gap 1e-2; the")
-    print("    search start has a fixed evaluation budget and CBC a node limit (same plan whatever the load, unless")
+    print("    search start has a fixed evaluation budget and the branch and bound a node limit (same plan whatever the load, unless")
     print("    the 20 s per depth pair safety limit is reached); depth pairs (1,1),(2,1),(1,2),(2,2). Where the")
-    print("    seconds went (last repeat): search, LP relaxations (count), tier neighbourhoods, CBC (runs), and what proved")
+    print("    seconds went (last repeat): search, LP relaxations (count), tier neighbourhoods, branch and bound (runs; CBC")
+    print("    below 8,000 nonzeros, HiGHS above: milp.MIP_SOLVER), and what proved")
     print("    the gap. Shared 2-core machine: times are noisy. scipy's optimizer (the LP solver) is imported")
     print("    before the first solve: that import takes 0.5-0.6 s here, once per process, in a process's first plan.")
     import scipy.optimize  # noqa: F401

@@ -7,7 +7,8 @@
   cbc       CBC from that plan (unlimited nodes, rel_gap 1 %), with and without its preprocessing
   windows   CBC on windows of layers (everything outside fixed, a node limit each), one pass
   seeds     ``milp.solve`` as ``planner.py`` (a) runs it, on other random instances (SEED:NVME,
-            NVME 0 = no NVMe room), with CBC's preprocessing (or without: --no-preprocess)
+            NVME 0 = no NVMe room), as ``lt.plan`` runs it (``milp.MIP_SOLVER``; where CBC
+            branches, with its preprocessing or without: --no-preprocess)
 
 Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
@@ -33,8 +34,13 @@ def instance(layers):
 
 
 def depth_plan(c, hw, dw, da):
-    """The solve's plan for one depth pair (one CBC node: the heuristics, the LP and the tier neighbourhood)."""
-    return milp.solve(c, hw, depths=((dw, da),), max_nodes=1, rel_gap=1e-2)
+    """The solve's plan for one depth pair (one CBC node: the heuristics, the LP and the tier
+    neighbourhood; CBC's path, which the large-model path with HiGHS skips)."""
+    solver, milp.MIP_SOLVER = milp.MIP_SOLVER, "cbc"
+    try:
+        return milp.solve(c, hw, depths=((dw, da),), max_nodes=1, rel_gap=1e-2)
+    finally:
+        milp.MIP_SOLVER = solver
 
 
 def lps(args):
@@ -92,7 +98,7 @@ def cbc(args):
         b = milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
         b.model.start = milp._start_values(p, b)
         t = time.perf_counter()
-        status = milp._optimize(b, 1e-2, args.time_limit, None, 100_000, preprocess=preprocess)
+        status = milp._optimize(b, 1e-2, args.time_limit, None, 100_000, preprocess=preprocess, solver="cbc")
         print(f"CBC preprocessing {'on ' if preprocess else 'off'}: {status}, plan {b.solved.objective_value or float('nan'):.4f} s, "
               f"bound {b.solved.objective_bound:.4f} s, {time.perf_counter() - t:.2f} s")
 
@@ -113,7 +119,7 @@ def windows(args):
         _fix(b, start, lambda g, key: lo <= (key[0] if g == "x" else key) and (key[1] if g == "x" else key) <= hi)
         b.model.start = [(v, start[v.idx]) for d in _groups(b).values() for v in d.values()]
         t = time.perf_counter()
-        status = milp._optimize(b, 1e-4, 60, plan.predicted_step_time_s, args.nodes)
+        status = milp._optimize(b, 1e-4, 60, plan.predicted_step_time_s, args.nodes, solver="cbc")
         if status is not None:
             q = milp.decode(b, c, hw, status=status, bound=None, solve_time_s=0.0)
             if q.predicted_step_time_s < plan.predicted_step_time_s - 1e-9:
