@@ -168,7 +168,7 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
          num_micro_batches: int | None = None, grad_dtype: str = "bfloat16", max_segment_length: int = 8,
          max_resident_tail: int = 8, time_limit_s: float = 30.0, rel_gap: float = milp.DEFAULT_REL_GAP,
          device_memory: float | None = None, stream_dtype: str = "bfloat16", residual_offload: bool = True) -> Plan:
-    """The step-time-optimal Plan (python-mip / CBC) for a model on a hardware.
+    """The step-time-optimal Plan (a python-mip model; CBC or HiGHS branches) for a model on a hardware.
 
     ``hardware="measure"`` profiles the machine this runs on at the step's shapes
     (``lt.profile``: imports jax, compiles and times the units) and plans for its measured Costs
@@ -184,9 +184,10 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
       num_micro_batches: fix the layer-major micro-batch count (default: optimised over divisors).
       grad_dtype: ``bfloat16`` | ``float32`` gradients sent to the host.
       max_segment_length, max_resident_tail: size limits of the MILP's decision space.
-      time_limit_s, rel_gap: CBC limits per MILP (the incumbent and its gap are reported). The
-        default gap of 1% is usually proven at the root (the LP bound is tight) in about a second
-        for 64 layers; pass a smaller one for a tighter proof (CBC then branches, up to the limit).
+      time_limit_s, rel_gap: branch-and-bound limits per MILP (the incumbent and its gap are
+        reported). The default gap of 1% is usually proven at the root (the LP bound is tight) in
+        about a second for 64 layers; pass a smaller one for a tighter proof (the solver then
+        branches, up to the limit: CBC on small models, HiGHS from ``milp.HIGHS_MIP_MIN_NONZEROS``).
         The returned gap covers the micro-batch loop too (against the smallest bound of any count).
       residual_offload: whether layers' kept residuals may live on the host (``Plan.offload_residuals``).
     Returns:

@@ -883,7 +883,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       costs: Costs (batch, seq and micro-batches fixed); hardware: Hardware (budgets, rates).
       max_segment_length: longest recompute segment (edges (s, e) with e − s ≤ this).
       max_resident_tail: largest resident tail considered.
-      time_limit_s: CBC time limit per depth pair; the incumbent is returned with its gap when reached.
+      time_limit_s: branch-and-bound (CBC or HiGHS) time limit per depth pair; the incumbent is returned with
+        its gap when reached.
       rel_gap: relative optimality gap at which the solve stops (``lt.plan`` uses the same default).
       warm_start: a Plan inside the decision space to start from (e.g. the best heuristic).
       objective: ``time`` (predicted step time) or ``memory`` (minimum peak device bytes, ignoring
