@@ -169,6 +169,7 @@ class Built:
     res_max: mip.Var | None = None   # the largest residual on the host (memory rows' units), if any may go there
     res_floor: float = 0.0           # the least of those residuals, in the same units
     solved: "Solved | None" = None   # the last CBC run's result (``_optimize``)
+    depth_indicators: tuple | None = None  # the union relaxation's (y_w, y_a) variables
 
 
 @dataclasses.dataclass
@@ -656,7 +657,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         m.objective = mip.minimize(xs(T) + objective_const)
     return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, off=off, r=r,
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L,
-                 res_max=res_max, res_floor=min(R[l] for l in off) / unit if off else 0.0)
+                 res_max=res_max, res_floor=min(R[l] for l in off) / unit if off else 0.0,
+                 depth_indicators=(y_w, y_a) if union else None)
 
 
 def _rounded_knapsack(m, terms, capacity):
@@ -1020,6 +1022,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         return (cutoff is None or value < cutoff) and value - union <= rel_gap * value
 
     carried = None  # the union phase's best plan, when the union LP does not prove it
+    far = None      # the depth pair HiGHS starts with, when that plan is far from the union LP
     # HiGHS' branch and cut follows for models this large (``_mip_solver``): the depth pairs'
     # cheap part (LP, search, neighbourhoods) is then left to it
     direct = rel_gap > 0 and union_built is not None and _mip_solver(union_built.model) == "highs"
@@ -1028,8 +1031,16 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # Where it does not, the search's plans for the other depth pairs are tried against it
         # before the per-depth LPs, and then the best of them polished at its own depths (the
         # search's model plays depth 1: qwen3-32b at 64 layers, 41.53 s at depths (1, 2) -> 40.95 s)
+        value = incumbent.predicted_step_time_s
+        if direct and union_point and value - union > UNION_SEARCH_GAPS * rel_gap * value:
+            # far from the union LP: HiGHS will branch. Its first depth pair is the one the union
+            # LP leans to (each depth indicator above 0.01 read as depth 2), in place of the
+            # search at the other depth pairs (2.5 s each at 128 layers)
+            y_w, y_a = (union_point[0][v.idx] for v in union_built.depth_indicators)
+            leaning = (2 if y_w > 0.01 else 1, 2 if y_a > 0.01 else 1)
+            far = leaning if leaning in depths else None
         if not union_proves(incumbent) and search_evaluations >= 0:
-            for dw, da in depths:
+            for dw, da in (() if far else depths):
                 if union_proves(incumbent):
                     break
                 q = search_at(dw, da) if (dw, da) != (1, 1) else None
@@ -1057,8 +1068,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # plan any of them gave (a plan found at depths (1, 2) can spare CBC's run at (1, 1))
     heuristic = carried   # the best unproved plan of the cheap part (rel_gap > 0)
     pending = []
-    if carried is not None:  # its own depth pair first
-        own = (carried.weight_prefetch_depth, carried.act_prefetch_depth)
+    if carried is not None:  # its own depth pair first (or the one the union LP leans to)
+        own = far or (carried.weight_prefetch_depth, carried.act_prefetch_depth)
         depths = sorted(depths, key=lambda d: d != own)
     for dw, da in depths:
         built = build(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **kw)
@@ -1180,6 +1191,13 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
 
 
 NEIGHBOURHOOD_NODES = 200
+# where HiGHS branches next (large models) and the union phase's best start is more than this many
+# rel_gaps above the union LP, the union phase does not search the other depth pairs (2.5 s each at
+# 128 layers) and HiGHS starts at the pair the union LP leans to. The real-shape rows of
+# benchmarks/planner.py start within 0.1-2.5 % of the union LP (qwen3-32b at 64 layers, 2.5 %, is
+# proved by its search at depths (1, 2), polished); its random rows at 4.1-4.4 %, where those
+# searches proved nothing and HiGHS was needed anyway
+UNION_SEARCH_GAPS = 3.0
 RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
 
 

@@ -63,9 +63,13 @@ def test_highs_mip_finds_cbcs_optimum_and_decodes_to_the_step_model():
 
 
 @pytest.mark.parametrize("num_layers,seed", [pytest.param(12, 7, marks=pytest.mark.slow), (16, 7)])
-def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed):
+@pytest.mark.parametrize("union_search_gaps", [0.0, 1e9])
+def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed, union_search_gaps):
     """The large-model path (forced here on small instances): its plan is within rel_gap of the
-    exact optimum (CBC, rel_gap 0), its reported bound below that optimum, and the same plan twice."""
+    exact optimum (CBC, rel_gap 0), its reported bound below that optimum, and the same plan twice;
+    both where the union phase searches the other depth pairs and where HiGHS starts at the pair
+    the union LP leans to (``UNION_SEARCH_GAPS`` 0: every start counts as far)."""
+    monkeypatch.setattr(milp, "UNION_SEARCH_GAPS", union_search_gaps)
     costs, hw = _random_instance(num_layers, seed)
     monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
     exact = milp.solve(costs, hw, rel_gap=0.0)
