@@ -775,7 +775,8 @@ def _background_lps(builts: list):
     pool.shutdown(wait=False)
 
     def values():
-        return [f.result() if f.result() is not None else _relaxed(b, solver="clp") for b, f in zip(builts, futures)]
+        found = [f.result() for f in futures]
+        return [v if v is not None else _relaxed(b, solver="clp") for b, v in zip(builts, found)]
     return values
 
 
@@ -1303,18 +1304,17 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
         solver = _mip_solver(m)
     if solver == "highs":   # (no cutoff: see _highs_mip; solve keeps only plans below it)
         built.solved = _highs_mip(m, rel_gap, time_limit_s, max_nodes)
-        status = built.solved.status
-        return status.name.lower() if status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE) else None
-    if cutoff is not None:
-        m.cutoff = cutoff
-    m.max_mip_gap = rel_gap
-    m.max_mip_gap_abs = 1e-9
-    m.preprocess = -1 if preprocess else 0
-    with (contextlib.nullcontext() if m.verbose else _quiet_stdout()):
-        if ISOLATE_CBC:
-            built.solved = _cbc_in_child(m, time_limit_s, max_nodes)
-        else:
-            built.solved = _cbc_here(m, time_limit_s, max_nodes)
+    else:
+        if cutoff is not None:
+            m.cutoff = cutoff
+        m.max_mip_gap = rel_gap
+        m.max_mip_gap_abs = 1e-9
+        m.preprocess = -1 if preprocess else 0
+        with (contextlib.nullcontext() if m.verbose else _quiet_stdout()):
+            if ISOLATE_CBC:
+                built.solved = _cbc_in_child(m, time_limit_s, max_nodes)
+            else:
+                built.solved = _cbc_here(m, time_limit_s, max_nodes)
     status = built.solved.status
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None
