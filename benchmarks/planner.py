@@ -60,7 +60,8 @@ def part_a(only: str | None = None):
     print("(a) MILP solve time and gap vs layers, 2 repeats each (median, max wall seconds); rel_gap 1e-2; the")
     print("    search start has a fixed evaluation budget and the branch and bound a node limit (same plan whatever the load, unless")
     print("    the 20 s per depth pair safety limit is reached); depth pairs (1,1),(2,1),(1,2),(2,2). Where the")
-    print("    seconds went (last repeat): search, LP relaxations (count), tier neighbourhoods, branch and bound (runs; CBC")
+    print("    seconds went (last repeat): search, LP relaxations (count), tier neighbourhoods, the union LP's")
+    print("    neighbourhoods (milp._rens, runs), branch and bound (runs; CBC")
     print("    below 8,000 nonzeros, HiGHS above: milp.MIP_SOLVER), and what proved")
     print("    the gap. Shared 2-core machine: times are noisy. scipy's optimizer (the LP solver) is imported")
     print("    before the first solve: that import takes 0.5-0.6 s here, once per process, in a process's first plan.")
@@ -101,6 +102,7 @@ def part_a(only: str | None = None):
                   f"gap {p.gap:.2e}  step {p.predicted_step_time_s:7.2f} s  depths ({p.weight_prefetch_depth},"
                   f"{p.act_prefetch_depth})  {p.solver_status}  same plan: {same}  [search {stats['search_s']:.2f} s,"
                   f" LP {stats['lp_s']:.2f} s x{stats['lp_solves']}, tiers {stats['neighbourhood_s']:.2f} s,"
+                  f" RENS {stats['rens_s']:.2f} s x{stats['rens_runs']},"
                   f" B&B {stats['bb_s']:.2f} s x{stats['bb_runs']} ({milp.MIP_SOLVER}),"
                   f" proof {stats['proof']}]", flush=True)
 

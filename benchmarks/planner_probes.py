@@ -146,7 +146,8 @@ def seeds(args):
         p = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=20, stats=stats)
         print(f"seed {seed} {'NVMe' if nvme else 'host only'}, {args.layers} layers: {time.perf_counter() - t:.2f} s, "
               f"gap {100 * p.gap:.2f} %, step {p.predicted_step_time_s:.3f} s, depths ({p.weight_prefetch_depth},"
-              f"{p.act_prefetch_depth}), proof {stats['proof']}, B&B {stats['bb_s']:.1f} s x{stats['bb_runs']}",
+              f"{p.act_prefetch_depth}), proof {stats['proof']}, RENS {stats['rens_s']:.1f} s x{stats['rens_runs']}, "
+              f"B&B {stats['bb_s']:.1f} s x{stats['bb_runs']}",
               flush=True)
 
 

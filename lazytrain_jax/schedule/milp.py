@@ -1078,7 +1078,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         t = time.perf_counter()
         q = _rens(built, union_built, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
         if q is not None and not union_proves(q):
-            better = _tier_neighbourhood(built, q, costs, hardware, time_limit_s)
+            better = _tier_neighbourhood(built, q, costs, hardware, time_limit_s, gap=RENS_GAP * rel_gap)
             if better is not None and better.predicted_step_time_s < q.predicted_step_time_s:
                 q = better
         stats["rens_s"] += time.perf_counter() - t
@@ -1336,7 +1336,7 @@ RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
 
 
 def _tier_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s: float,
-                        add_residual: int | None = None) -> Plan | None:
+                        add_residual: int | None = None, gap: float = 1e-4) -> Plan | None:
     """The best plan with ``plan``'s kept-boundary path, residual decisions and resident tail, its
     boundary tiers (device, host, NVMe) chosen by CBC on ``built`` with everything else fixed (at
     most ``NEIGHBOURHOOD_NODES`` nodes); None if ``plan`` is outside the model's space or nothing is
@@ -1347,7 +1347,7 @@ def _tier_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s:
 
     ``add_residual``: layer l's residuals kept too (on the device or the host, CBC's choice), the
     room they need made by the tiers; only plans faster than ``plan`` count (``plan`` itself, which
-    does not keep them, is no start)."""
+    does not keep them, is no start). ``gap``: the relative gap at which the solver stops."""
     start = _start_values(plan, built)
     if not start:
         return None
@@ -1364,7 +1364,7 @@ def _tier_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s:
             built.res[add_residual].lb = built.res[add_residual].ub = 1.0
         else:
             m.start = start
-        status = _optimize(built, 1e-4, time_limit_s, plan.predicted_step_time_s, NEIGHBOURHOOD_NODES)
+        status = _optimize(built, gap, time_limit_s, plan.predicted_step_time_s, NEIGHBOURHOOD_NODES)
         found = decode(built, costs, hardware, status=status, bound=None, solve_time_s=0.0) if status else None
     finally:
         for var, lb, ub in fixed:

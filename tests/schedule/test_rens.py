@@ -1,0 +1,141 @@
+"""The union LP's neighbourhoods and splits that prove large models without HiGHS' whole branch
+and cut: ``_rens`` (the LP's fractional part solved exactly at one depth pair), ``_depth_split``
+(the union LP at each weight prefetch depth), ``_offload_split_gain`` (when the offload split is
+worth its two LPs), checked against exact optima; and ``milp.solve``'s large-model path taking
+them (forced on small instances)."""
+
+import pytest
+
+from lazytrain_jax.schedule import memory, milp
+
+from tests.schedule.test_highs_mip import _decisions, _random_instance
+from tests.schedule.test_milp_exhaustive import CASES, SPLIT_CASES, hardware_for, instance
+
+TOL = milp.RENS_TOLERANCE
+
+
+def _union_solution(costs, hw, **kw):
+    union = milp.build(costs, hw, union=True, **kw)
+    arrays = milp._highs_arrays(union.model)
+    point = []
+    value = milp._highs_solve(arrays, point)
+    return union, arrays, value, point[0]
+
+
+def _exact_at(monkeypatch, costs, hw, dw, da, **kw):
+    monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
+    plan = milp.solve(costs, hw, rel_gap=0.0, depths=[(dw, da)], **kw)
+    monkeypatch.setattr(milp, "MIP_SOLVER", "auto")
+    return plan
+
+
+@pytest.mark.parametrize("seed", [4, 7])
+def test_rens_keeps_the_lps_integral_part_and_restores_the_model(monkeypatch, seed):
+    costs, hw = _random_instance(8, seed)
+    union, _, _, point = _union_solution(costs, hw)
+    # the LP leans to weight depth 2 (y_w 0.34-0.52), where what it fixes leaves no room for the
+    # deeper buffer: no plan there (the union phase then splits on that depth); at depths (1, 1) one
+    assert milp._leaning(point, union) == (2, 1)
+    built = milp.build(costs, hw, weight_prefetch_depth=2, act_prefetch_depth=1)
+    before = [(v.lb, v.ub) for v in built.model.vars]
+    assert milp._rens(built, union, point, costs, hw, 1e-2, 60.0, 1000) is None
+    assert [(v.lb, v.ub) for v in built.model.vars] == before and built.solved is None
+    dw, da = 1, 1
+    built = milp.build(costs, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
+    before = [(v.lb, v.ub) for v in built.model.vars]
+    plan = milp._rens(built, union, point, costs, hw, 1e-2, 60.0, 1000)
+    assert [(v.lb, v.ub) for v in built.model.vars] == before and built.solved is None
+    assert plan is not None and plan.fits()
+    assert (plan.weight_prefetch_depth, plan.act_prefetch_depth) == (dw, da)
+    exact = _exact_at(monkeypatch, costs, hw, dw, da)
+    assert plan.predicted_step_time_s >= exact.predicted_step_time_s * (1 - 1e-9)   # a plan of the pair's space
+    # every segment the LP takes whole is the plan's, every one it leaves out is not
+    chosen = set(memory.segments(plan.boundary_tiers))
+    for edge, var in union.x.items():
+        if point[var.idx] > 1 - TOL:
+            assert edge in chosen
+        elif point[var.idx] < TOL:
+            assert edge not in chosen
+    for l, var in union.res.items():
+        if point[var.idx] > 1 - TOL:
+            assert plan.keep_residuals[l]
+        elif point[var.idx] < TOL:
+            assert not plan.keep_residuals[l]
+
+
+def test_rens_with_everything_fixed_returns_that_plan(monkeypatch):
+    """A point that is itself a plan (the exact optimum's variable values): the neighbourhood is that
+    plan alone, and _rens returns it."""
+    costs, hw = _random_instance(8, 4)
+    union, _, _, point = _union_solution(costs, hw)
+    exact = _exact_at(monkeypatch, costs, hw, 1, 1)
+    built = milp.build(costs, hw)
+    values = list(point)
+    for var, value in milp._start_values(exact, union):
+        values[var.idx] = value
+    plan = milp._rens(built, union, values, costs, hw, 1e-2, 60.0, 1000)
+    assert _decisions(plan) == _decisions(exact)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], "random"])
+def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatch, case):
+    if case == "random":
+        costs, hw = _random_instance(8, 7)
+        kw = {}
+    else:
+        num_layers, seed, dev, host, nvme, bw = case
+        costs, hw = instance(num_layers, seed), None
+        hw = hardware_for(costs, dev, host, nvme, bw)
+        kw = dict(max_segment_length=4, max_resident_tail=num_layers)
+    union, arrays, value, _ = _union_solution(costs, hw, **kw)
+    bounds, points = milp._depth_split(union, arrays)
+    assert set(bounds) == {1, 2} and set(points) <= {1, 2}
+    for dw in (1, 2):
+        assert bounds[dw] >= value - 1e-6 * abs(value)
+        for da in (1, 2):
+            exact = _exact_at(monkeypatch, costs, hw, dw, da, **kw)
+            if exact is not None:
+                assert bounds[dw] <= exact.predicted_step_time_s * (1 + 1e-7)
+        if dw in points:  # the solution is at that depth
+            assert points[dw][union.depth_indicators[0].idx] == pytest.approx(dw - 1, abs=1e-9)
+
+
+@pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", SPLIT_CASES[:3])
+def test_offload_split_gain_bounds_what_the_split_can_raise(num_layers, seed, dev, host, nvme, bw):
+    """The "no residual on the host" branch of the split (the split is at most it) lies within the
+    estimated gain of the LP; and the estimate is positive where the LP offloads."""
+    costs = instance(num_layers, seed)
+    hw = hardware_for(costs, dev, host, nvme, bw)
+    union, arrays, value, point = _union_solution(costs, hw, max_segment_length=4, max_resident_tail=num_layers)
+    gain = milp._offload_split_gain(union, [point], costs)
+    cost, args, const = arrays
+    bounds = args["bounds"].copy()
+    bounds[[v.idx for v in union.off.values()], 1] = 0.0
+    none = milp._highs_solve((cost, {**args, "bounds": bounds}, const))
+    assert sum(point[v.idx] for v in union.off.values()) > 1e-3 and gain > 0
+    assert none <= value + gain + 1e-7 * abs(value)
+    assert milp._offload_split(union, arrays) <= value + gain + 1e-7 * abs(value)
+
+
+@pytest.mark.parametrize("num_layers,seed", [(16, 7), pytest.param(16, 9, marks=pytest.mark.slow)])
+def test_large_model_path_with_the_lp_neighbourhoods(monkeypatch, num_layers, seed):
+    """The large-model path with the union LP solved by HiGHS (so that its solution is there for
+    _rens), every start counted as far (neighbourhoods before the searches): the plan is within
+    rel_gap of the exact optimum, its bound valid, the same plan twice; _rens ran."""
+    costs, hw = _random_instance(num_layers, seed)
+    monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
+    optimum = milp.solve(costs, hw, rel_gap=0.0).predicted_step_time_s
+    monkeypatch.setattr(milp, "MIP_SOLVER", "auto")
+    monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "UNION_SEARCH_GAPS", 0.0)
+    plans = []
+    for _ in range(2):
+        stats = {}
+        plans.append(milp.solve(costs, hw, rel_gap=1e-2, stats=stats))
+        assert stats["rens_runs"] >= 1
+    p = plans[0]
+    assert _decisions(p) == _decisions(plans[1])
+    assert p.fits() and p.solver_status == "optimal" and p.gap <= 1e-2 * (1 + 1e-9)
+    assert optimum - 1e-9 <= p.predicted_step_time_s <= optimum / (1 - 1e-2) + 1e-9
+    assert p.predicted_step_time_s * (1 - p.gap) <= optimum * (1 + 1e-9)
