@@ -866,12 +866,14 @@ def _highs_solve(arrays, point: list | None = None) -> float | None:
     ``point``: if a list, the LP's solution (its variable values) is appended to it when optimal."""
     from scipy.optimize import linprog
     cost, args, const = arrays
-    with warnings.catch_warnings():  # HiGHS options scipy does not list are passed on, with a warning
-        warnings.simplefilter("ignore")
-        # only a bound is needed: the interior point's own end (no crossover to a vertex, no
-        # presolve to undo; a quarter less time at 64-128 layers), lowered by its gap tolerance
-        res = linprog(cost, **args, options=dict(presolve=False, run_crossover="off",
-                                                 ipm_optimality_tolerance=IPM_GAP))
+    # scipy passes HiGHS options it does not list on to HiGHS, with a warning; ours is meant. A
+    # filter for that message alone (put first again on each call: catch_warnings around the call
+    # is not thread-safe, and these LPs run in threads side by side)
+    warnings.filterwarnings("ignore", message=r"Unrecognized options detected: \{'run_crossover': 'off'\}")
+    # only a bound is needed: the interior point's own end (no crossover to a vertex, no
+    # presolve to undo; a quarter less time at 64-128 layers), lowered by its gap tolerance
+    res = linprog(cost, **args, options=dict(presolve=False, run_crossover="off",
+                                             ipm_optimality_tolerance=IPM_GAP))
     if res.status == 0 and res.fun is not None:
         fun = float(res.fun)
         if point is not None:
