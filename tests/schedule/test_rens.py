@@ -139,3 +139,28 @@ def test_large_model_path_with_the_lp_neighbourhoods(monkeypatch, num_layers, se
     assert p.fits() and p.solver_status == "optimal" and p.gap <= 1e-2 * (1 + 1e-9)
     assert optimum - 1e-9 <= p.predicted_step_time_s <= optimum / (1 - 1e-2) + 1e-9
     assert p.predicted_step_time_s * (1 - p.gap) <= optimum * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", [4, 7])
+def test_rins_keeps_what_the_plan_and_the_lp_agree_on_and_never_loses_the_plan(monkeypatch, seed):
+    from lazytrain_jax.schedule.plan import Plan
+    costs, hw = _random_instance(8, seed)
+    built = milp.build(costs, hw)
+    point = []
+    milp._highs_solve(milp._highs_arrays(built.model), point)
+    point = point[0]
+    # a plan that fits but is not the best: every interior boundary on the host
+    plan = Plan.create(costs, hw, name="host", boundary_tiers=["device"] + ["host"] * 7 + ["device"])
+    assert plan.fits() and milp._start_values(plan, built)
+    before = [(v.lb, v.ub) for v in built.model.vars]
+    found = milp._rins(built, plan, point, costs, hw, 1e-9, 60.0, 10_000)
+    assert [(v.lb, v.ub) for v in built.model.vars] == before and built.solved is None
+    assert found is not None and found.fits()
+    exact = _exact_at(monkeypatch, costs, hw, 1, 1)
+    # the plan itself is in the neighbourhood, solved exactly here: never worse than it
+    assert exact.predicted_step_time_s * (1 - 1e-9) <= found.predicted_step_time_s
+    assert found.predicted_step_time_s < plan.predicted_step_time_s * (1 - 1e-3)
+    chosen, kept = set(memory.segments(plan.boundary_tiers)), set(memory.segments(found.boundary_tiers))
+    for edge, var in built.x.items():
+        if abs(point[var.idx] - (edge in chosen)) < milp.RINS_TOLERANCE:
+            assert (edge in kept) == (edge in chosen)
