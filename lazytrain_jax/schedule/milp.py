@@ -68,12 +68,18 @@ with the tiers that make its room (``_residual_neighbourhood``), and CBC branche
 afterwards, for the pairs whose LP still leaves room below the best plan any of them gave. With
 ``rel_gap=0`` CBC always runs (the exhaustive tests). Large models (from ``HIGHS_MIP_MIN_NONZEROS``
 nonzeros, about 22 layers; ``MIP_SOLVER``) branch with HiGHS' branch and cut (scipy's ``milp``)
-instead, and skip the depth pairs' cheap part: HiGHS' root (presolve, cuts, its own heuristics)
-does what that part did, better. It runs first on the union phase's own depth pair while the
-other pairs' LPs are solved in a thread beside it, then on those pairs in order of their LP while
-the LP leaves room. On the random 128-layer NVMe instance of ``benchmarks/planner.py`` this proved
-a 35.91 s plan within 0.89 % in 22-27 s, where CBC (with the cheap part before it) ended at
-36.14 s, 1.65 % unproved, after 80 s; HiGHS alone took 6-8 s at depths (2, 1) there. The reported gap is
+instead, and skip the depth pairs' cheap part. Where the union LP (solved by HiGHS, so that its
+solution is at hand) does not prove the union phase's plan, the LP's solution is used first:
+``_rens`` fixes every binary decision the LP takes whole and solves the rest exactly at the depth
+pair the LP leans to (``_leaning``), and the union LP is split on the weight prefetch depth
+(``_depth_split``: two LPs in parallel, one bound per half of the depth pairs, and ``_rens`` again
+from the solution of a half that leaves room). Far from the union LP (``UNION_SEARCH_GAPS``) this
+comes before the searches at the other depth pairs, near it after them. Then each depth pair's LP
+(two in parallel) prunes it; a pair it does not is tried with ``_rens`` and ``_rins`` (the best
+plan and the pair's LP agreeing, fixed) before HiGHS' whole branch and cut runs on it. On the
+random 128-layer NVMe instance of ``benchmarks/planner.py`` this proves a 35.81 s plan within
+0.94 % of the union LP in 4.6-4.9 s; before it, HiGHS on the pairs took 17 s (35.91 s, 0.89 %)
+and CBC 80 s (36.14 s, 1.65 % unproved). The reported gap is
 (value − min(bound, value)) / value: never negative, whatever CBC's bound at its limits. The
 LP relaxations (the bounds that prove a plan within ``rel_gap``) are solved by HiGHS' interior
 point method through scipy (``_relaxed``; CLP, CBC's own LP solver, as the fallback): the same
@@ -952,7 +958,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         ``lp_solves`` of them; the LP for all depth pairs is solved while the search runs, so the
         two overlap), ``neighbourhood_s`` (``_tier_neighbourhood``: the best boundary tiers for an
         unproved start's path and residuals, a small MILP per depth pair, then
-        ``_residual_neighbourhood``'s probes), ``bb_s`` (branch and
+        ``_residual_neighbourhood``'s probes), ``rens_s`` (the LP neighbourhoods of large models,
+        ``rens_runs`` of them: ``_rens`` with its tier neighbourhood, ``_rins``), ``bb_s`` (branch and
         bound, ``bb_runs`` of them: CBC's or HiGHS', ``MIP_SOLVER``) and ``proof``
         (``union_lp``: the LP for every depth pair, split in two on the residual offload where it leaves
         room (``_offload_split``), proved the gap; ``depth_lps``: each depth pair's LP
@@ -1349,11 +1356,11 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
 
 NEIGHBOURHOOD_NODES = 200
 # where HiGHS branches next (large models) and the union phase's best start is more than this many
-# rel_gaps above the union LP, the union phase does not search the other depth pairs (2.5 s each at
-# 128 layers) and HiGHS starts at the pair the union LP leans to. The real-shape rows of
-# benchmarks/planner.py start within 0.1-2.5 % of the union LP (qwen3-32b at 64 layers, 2.5 %, is
-# proved by its search at depths (1, 2), polished); its random rows at 4.1-4.4 %, where those
-# searches proved nothing and HiGHS was needed anyway
+# rel_gaps above the union LP, the union phase starts with the LP's neighbourhoods (_rens) and does
+# not search the other depth pairs (2.5 s each at 128 layers); HiGHS, if it runs, starts at the pair
+# the union LP leans to. The real-shape rows of benchmarks/planner.py start within 0.1-2.5 % of the
+# union LP (qwen3-32b at 64 layers, 2.5 %, is proved by its search at depths (1, 2), polished, where
+# the LP leans to (1, 1)); its random rows at 4.1-4.4 %, where those searches proved nothing
 UNION_SEARCH_GAPS = 3.0
 RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
 
