@@ -1368,8 +1368,9 @@ RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
 def _tier_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s: float,
                         add_residual: int | None = None, gap: float = 1e-4) -> Plan | None:
     """The best plan with ``plan``'s kept-boundary path, residual decisions and resident tail, its
-    boundary tiers (device, host, NVMe) chosen by CBC on ``built`` with everything else fixed (at
-    most ``NEIGHBOURHOOD_NODES`` nodes); None if ``plan`` is outside the model's space or nothing is
+    boundary tiers (device, host, NVMe) chosen by branch and bound on ``built`` with everything else
+    fixed (``_optimize``: CBC from ``plan`` with it as the cutoff, or on large models HiGHS, which
+    takes neither; at most ``NEIGHBOURHOOD_NODES`` nodes); None if ``plan`` is outside the model's space or nothing is
     found. The model's bounds, start and cutoff are restored afterwards. Single moves of the local
     search miss what several tiers changed together give: on a random 128-layer instance with NVMe
     this took the plan for depths (2, 1) from 36.657 s to 36.137 s in 0.7-1.4 s, where CBC on the whole
