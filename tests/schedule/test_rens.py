@@ -164,3 +164,33 @@ def test_rins_keeps_what_the_plan_and_the_lp_agree_on_and_never_loses_the_plan(m
     for edge, var in built.x.items():
         if abs(point[var.idx] - (edge in chosen)) < milp.RINS_TOLERANCE:
             assert (edge in kept) == (edge in chosen)
+
+
+@pytest.mark.parametrize("seed", [4, 7])
+def test_window_neighbourhood_changes_only_its_window_and_never_loses_the_plan(monkeypatch, seed):
+    from lazytrain_jax.schedule.plan import Plan
+    monkeypatch.setattr(milp, "WINDOW_LAYERS", 4)
+    costs, hw = _random_instance(8, seed)
+    built = milp.build(costs, hw)
+    point = []
+    milp._highs_solve(milp._highs_arrays(built.model), point)
+    point = point[0]
+    plan = Plan.create(costs, hw, name="host", boundary_tiers=["device"] + ["host"] * 7 + ["device"])
+    windows = milp._windows(built, plan, point)
+    assert sorted(windows) == [(0, 4), (2, 6), (4, 8)]
+    exact = _exact_at(monkeypatch, costs, hw, 1, 1)
+    improved = False
+    for lo, hi in windows:
+        before = [(v.lb, v.ub) for v in built.model.vars]
+        found = milp._window_neighbourhood(built, plan, (lo, hi), costs, hw, 1e-9, 60.0, 10_000)
+        assert [(v.lb, v.ub) for v in built.model.vars] == before and built.solved is None
+        assert found is not None and found.fits()
+        assert exact.predicted_step_time_s * (1 - 1e-9) <= found.predicted_step_time_s
+        assert found.predicted_step_time_s <= plan.predicted_step_time_s * (1 + 1e-9)  # the plan is in it
+        improved |= found.predicted_step_time_s < plan.predicted_step_time_s * (1 - 1e-6)
+        # outside the window nothing moves: the boundaries below lo and above hi keep their tiers
+        for i in list(range(0, lo)) + list(range(hi + 1, 9)):
+            assert found.boundary_tiers[i] == plan.boundary_tiers[i]
+        for l in list(range(0, lo)) + list(range(hi + 1, 8)):
+            assert found.keep_residuals[l] == plan.keep_residuals[l]
+    assert improved
