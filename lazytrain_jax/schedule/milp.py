@@ -75,8 +75,9 @@ pair the LP leans to (``_leaning``), and the union LP is split on the weight pre
 (``_depth_split``: two LPs in parallel, one bound per half of the depth pairs, and ``_rens`` again
 from the solution of a half that leaves room). Far from the union LP (``UNION_SEARCH_GAPS``) this
 comes before the searches at the other depth pairs, near it after them. Then each depth pair's LP
-(two in parallel) prunes it; a pair it does not is tried with ``_rens`` and ``_rins`` (the best
-plan and the pair's LP agreeing, fixed) before HiGHS' whole branch and cut runs on it. On the
+(two in parallel) prunes it; a pair it does not is tried with ``_rens``, ``_rins`` (the best
+plan and the pair's LP agreeing, fixed) and ``_window_neighbourhood`` (32 consecutive layers
+re-routed) before HiGHS' whole branch and cut runs on it. On the
 random 128-layer NVMe instance of ``benchmarks/planner.py`` this proves a 35.81 s plan within
 0.94 % of the union LP in 4.6-4.9 s; before it, HiGHS on the pairs took 17 s (35.91 s, 0.89 %)
 and CBC 80 s (36.14 s, 1.65 % unproved). The reported gap is
