@@ -1113,15 +1113,14 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if direct and union_point and value - union > UNION_SEARCH_GAPS * rel_gap * value:
             # far from the union LP: the search at the other depth pairs (2.5 s each at 128
             # layers) is skipped, and HiGHS, if it branches, starts at the pair the LP leans to
-            far = _leaning(union_point[0], union_built)
-            far = far if far in depths else None
+            far = _leaning(union_point[0], union_built, depths)[0]
 
         def rens_in_union_phase(point):
-            """rens_at the depth pair ``point`` leans to, if in ``depths`` and not yet tried; the
-            incumbent is replaced by a faster plan."""
+            """rens_at the depth pair of ``depths`` that ``point`` leans to most, if not yet tried;
+            the incumbent is replaced by a faster plan."""
             nonlocal incumbent
-            d = _leaning(point, union_built)
-            if d not in depths or d in rens_done:
+            d = _leaning(point, union_built, depths)[0]
+            if d in rens_done:
                 return
             built = prebuilt[d] = build(costs, hardware, weight_prefetch_depth=d[0], act_prefetch_depth=d[1], **kw)
             q = rens_at(built, point)
@@ -1160,12 +1159,18 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             nonlocal incumbent
             if union_proves(incumbent) or search_evaluations < 0:
                 return
-            for dw, da in (() if far else depths):
+            for dw, da in (() if far else _leaning(union_point[0], union_built, depths) if union_point else depths):
                 if union_proves(incumbent):
                     break
                 q = search_at(dw, da) if (dw, da) != (1, 1) else None
                 if q is not None and q.predicted_step_time_s < incumbent.predicted_step_time_s:
                     incumbent = q
+                    if union_point and not union_proves(incumbent):
+                        # polished at once: the search's own model plays depth 1, so a deeper
+                        # pair's plan gains most from local search at its own depths
+                        q = polish(incumbent, quick=True)
+                        if q.predicted_step_time_s < incumbent.predicted_step_time_s:
+                            incumbent = q
             if not union_proves(incumbent):
                 q = polish(incumbent, quick=True)
                 if q.predicted_step_time_s < incumbent.predicted_step_time_s:
@@ -1539,12 +1544,18 @@ def _fixed_neighbourhood(built: Built, fixings, costs, hardware, gap: float, tim
     return plan if plan is not None and plan.fits() else None
 
 
-def _leaning(point, union_built: Built) -> tuple:
-    """The depth pair the union LP's solution ``point`` leans to: each relaxed depth indicator above
-    0.01 read as depth 2 (a fractional indicator means the LP's solution pays for some of the deeper
-    buffer to use its overlap; on the random 128-layer instances y_w was 0.36-0.66 and depth 2 won)."""
-    y_w, y_a = (float(point[v.idx]) for v in union_built.depth_indicators)
-    return 2 if y_w > 0.01 else 1, 2 if y_a > 0.01 else 1
+def _leaning(point, union_built: Built, depths=MILP_DEPTHS) -> list:
+    """``depths`` in the order the union LP's solution ``point`` leans to. First the pair that
+    reads each relaxed depth indicator above 0.01 as depth 2 (a fractional indicator means the LP
+    pays for some of the deeper buffer to use its overlap; on the random 128-layer instances y_w
+    was 0.36-0.66 and depth 2 won), then the others by the weight the LP puts on them: the product
+    of the indicators' shares (y for depth 2, 1 − y for depth 1)."""
+    y_w, y_a = (min(1.0, max(0.0, float(point[v.idx]))) for v in union_built.depth_indicators)
+    lean = (2 if y_w > 0.01 else 1, 2 if y_a > 0.01 else 1)
+
+    def weight(d):
+        return (y_w if d[0] == 2 else 1.0 - y_w) * (y_a if d[1] == 2 else 1.0 - y_a)
+    return sorted(depths, key=lambda d: (d != lean, -weight(d)))
 
 
 def _residual_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s: float,

@@ -35,7 +35,7 @@ def test_rens_keeps_the_lps_integral_part_and_restores_the_model(monkeypatch, se
     union, _, _, point = _union_solution(costs, hw)
     # the LP leans to weight depth 2 (y_w 0.34-0.52), where what it fixes leaves no room for the
     # deeper buffer: no plan there (the union phase then splits on that depth); at depths (1, 1) one
-    assert milp._leaning(point, union) == (2, 1)
+    assert milp._leaning(point, union)[0] == (2, 1)
     built = milp.build(costs, hw, weight_prefetch_depth=2, act_prefetch_depth=1)
     before = [(v.lb, v.ub) for v in built.model.vars]
     assert milp._rens(built, union, point, costs, hw, 1e-2, 60.0, 1000) is None
