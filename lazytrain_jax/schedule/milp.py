@@ -749,8 +749,7 @@ def _offload_split(built: Built, arrays) -> float:
                 row = scipy.sparse.csr_matrix((-np.ones(len(offs)), ([0] * len(offs), offs)), shape=(1, len(cost)))
                 a_ub, b_ub = scipy.sparse.vstack([a_ub, row]).tocsr(), np.append(b_ub, -1.0)   # Σ off >= 1
             problems.append((cost, {**args, "bounds": bounds, "A_ub": a_ub, "b_ub": b_ub}, const))
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:  # HiGHS releases the interpreter lock
-            values = list(pool.map(_highs_solve, problems))
+        values = _parallel_lps(problems)
         return -math.inf if None in values else min(values)
     built.model.hand_over()
     for v in built.off.values():  # no residual on the host
@@ -766,6 +765,13 @@ def _offload_split(built: Built, arrays) -> float:
     m.rows.pop()
     built.res_max.lb = 0.0
     return min(none, some)
+
+
+def _parallel_lps(problems: list, points=None) -> list:
+    """``_highs_solve`` of each of ``problems`` (prepared arrays), side by side in threads (HiGHS
+    releases the interpreter lock); ``points``: one list per problem for its solution, or None."""
+    with concurrent.futures.ThreadPoolExecutor(len(problems)) as pool:
+        return list(pool.map(_highs_solve, problems, points if points is not None else [None] * len(problems)))
 
 
 def _depth_split(union_built: Built, arrays) -> tuple:
@@ -785,8 +791,7 @@ def _depth_split(union_built: Built, arrays) -> tuple:
         bounds[y_w] = value
         problems.append((cost, {**args, "bounds": bounds}, const))
     points = ([], [])
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        values = list(pool.map(_highs_solve, problems, points))
+    values = _parallel_lps(problems, points)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},
             {dw: pt[0] for dw, pt in zip((1, 2), points) if pt})
 
@@ -1084,20 +1089,28 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     depth_points = {}  # weight prefetch depth -> that bound's LP solution
     rens_done = set()  # the depth pairs rens_at has run at
 
+    def counted(neighbourhood, *args):
+        """``neighbourhood(*args)``, its seconds and run counted in ``stats`` (``rens_s``, ``rens_runs``)."""
+        t = time.perf_counter()
+        found = neighbourhood(*args)
+        stats["rens_s"] += time.perf_counter() - t
+        stats["rens_runs"] += 1
+        return found
+
     def rens_at(built, point):
         """_rens at ``built``'s depth pair from ``point`` (a solution of the union LP, or of one of
         its halves), its plan's boundary tiers then chosen again (``_tier_neighbourhood``, where the
         union LP does not prove it): the plan, or None. Once per depth pair."""
         rens_done.add((built.weight_prefetch_depth, built.act_prefetch_depth))
-        t = time.perf_counter()
-        q = _rens(built, union_built, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
-        if q is not None and not union_proves(q):
-            better = _tier_neighbourhood(built, q, costs, hardware, time_limit_s, gap=RENS_GAP * rel_gap)
-            if better is not None and better.predicted_step_time_s < q.predicted_step_time_s:
-                q = better
-        stats["rens_s"] += time.perf_counter() - t
-        stats["rens_runs"] += 1
-        return q
+
+        def run():
+            q = _rens(built, union_built, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
+            if q is not None and not union_proves(q):
+                better = _tier_neighbourhood(built, q, costs, hardware, time_limit_s, gap=RENS_GAP * rel_gap)
+                if better is not None and better.predicted_step_time_s < q.predicted_step_time_s:
+                    q = better
+            return q
+        return counted(run)
 
     carried = None  # the union phase's best plan, when the union LP does not prove it
     far = None      # the depth pair HiGHS starts with, when that plan is far from the union LP
@@ -1261,48 +1274,44 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if lp is not None and limit is not None and lp >= limit * (1 - rel_gap):
             best_bound = min(best_bound, lp)
             return
+        def adopt(q):
+            """``q`` becomes the best unproved plan; True if this pair's LP then rules the pair out."""
+            nonlocal heuristic, best_bound, limit
+            heuristic = q
+            limit = _limit(cutoff, best, heuristic)
+            if lp >= limit * (1 - rel_gap):
+                best_bound = min(best_bound, lp)
+                return True
+            return False
+
+        def faster(q):
+            """Whether ``q`` beats the best unproved plan (of this pair) and the cutoff."""
+            return q is not None and q.predicted_step_time_s < heuristic.predicted_step_time_s and (
+                cutoff is None or q.predicted_step_time_s < cutoff)
+
         if lp is not None and direct and union_point and (
                 built.weight_prefetch_depth, built.act_prefetch_depth) not in rens_done:
             # before HiGHS on the whole model (6-9 s at 128 layers), the union LP's neighbourhood
             # at these depths (0.3-1.5 s), whose plan this pair's LP may prove
             q = rens_at(built, depth_points.get(built.weight_prefetch_depth, union_point[0]))
             if q is not None and (cutoff is None or q.predicted_step_time_s < cutoff) and (
-                    limit is None or q.predicted_step_time_s < limit):
-                heuristic = q
-                limit = _limit(cutoff, best, heuristic)
-                if lp >= limit * (1 - rel_gap):
-                    best_bound = min(best_bound, lp)
-                    return
+                    limit is None or q.predicted_step_time_s < limit) and adopt(q):
+                return
         if lp is not None and direct and point is not None and heuristic is not None and (
                 heuristic.weight_prefetch_depth, heuristic.act_prefetch_depth) == (
                 built.weight_prefetch_depth, built.act_prefetch_depth):
             # the best plan so far is of this pair: the neighbourhood where it and this pair's LP agree
-            t = time.perf_counter()
-            q = _rins(built, heuristic, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
-            stats["rens_s"] += time.perf_counter() - t
-            stats["rens_runs"] += 1
-            if q is not None and q.predicted_step_time_s < heuristic.predicted_step_time_s and (
-                    cutoff is None or q.predicted_step_time_s < cutoff):
-                heuristic = q
-                limit = _limit(cutoff, best, heuristic)
-                if lp >= limit * (1 - rel_gap):
-                    best_bound = min(best_bound, lp)
-                    return
+            q = counted(_rins, built, heuristic, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
+            if faster(q) and adopt(q):
+                return
             # then windows of layers re-routed, where the plan and the LP disagree most (only for
             # a plan near the proof: a window gained 0.05-0.2 % on the random instances)
             near = heuristic.predicted_step_time_s - lp <= WINDOW_GAPS * rel_gap * heuristic.predicted_step_time_s
             for window in _windows(built, heuristic, point)[:WINDOW_PROBES] if near else ():
-                t = time.perf_counter()
-                q = _window_neighbourhood(built, heuristic, window, costs, hardware, rel_gap, time_limit_s, max_nodes)
-                stats["rens_s"] += time.perf_counter() - t
-                stats["rens_runs"] += 1
-                if q is not None and q.predicted_step_time_s < heuristic.predicted_step_time_s and (
-                        cutoff is None or q.predicted_step_time_s < cutoff):
-                    heuristic = q
-                    limit = _limit(cutoff, best, heuristic)
-                    if lp >= limit * (1 - rel_gap):
-                        best_bound = min(best_bound, lp)
-                        return
+                q = counted(_window_neighbourhood, built, heuristic, window, costs, hardware, rel_gap, time_limit_s,
+                            max_nodes)
+                if faster(q) and adopt(q):
+                    return
         if start_plan is not None and (limit is None or start_plan.predicted_step_time_s < limit
                                        or start_plan is heuristic):
             start = _start_values(start_plan, built)

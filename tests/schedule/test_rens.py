@@ -141,17 +141,22 @@ def test_large_model_path_with_the_lp_neighbourhoods(monkeypatch, num_layers, se
     assert p.predicted_step_time_s * (1 - p.gap) <= optimum * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("seed", [4, 7])
-def test_rins_keeps_what_the_plan_and_the_lp_agree_on_and_never_loses_the_plan(monkeypatch, seed):
+def _all_host_plan_and_lp(seed):
+    """An 8-layer random instance, its depths-(1, 1) model and that model's LP solution, and a plan
+    that fits but is not the best: every interior boundary on the host."""
     from lazytrain_jax.schedule.plan import Plan
     costs, hw = _random_instance(8, seed)
     built = milp.build(costs, hw)
     point = []
     milp._highs_solve(milp._highs_arrays(built.model), point)
-    point = point[0]
-    # a plan that fits but is not the best: every interior boundary on the host
     plan = Plan.create(costs, hw, name="host", boundary_tiers=["device"] + ["host"] * 7 + ["device"])
     assert plan.fits() and milp._start_values(plan, built)
+    return costs, hw, built, point[0], plan
+
+
+@pytest.mark.parametrize("seed", [4, 7])
+def test_rins_keeps_what_the_plan_and_the_lp_agree_on_and_never_loses_the_plan(monkeypatch, seed):
+    costs, hw, built, point, plan = _all_host_plan_and_lp(seed)
     before = [(v.lb, v.ub) for v in built.model.vars]
     found = milp._rins(built, plan, point, costs, hw, 1e-9, 60.0, 10_000)
     assert [(v.lb, v.ub) for v in built.model.vars] == before and built.solved is None
@@ -168,14 +173,8 @@ def test_rins_keeps_what_the_plan_and_the_lp_agree_on_and_never_loses_the_plan(m
 
 @pytest.mark.parametrize("seed", [4, 7])
 def test_window_neighbourhood_changes_only_its_window_and_never_loses_the_plan(monkeypatch, seed):
-    from lazytrain_jax.schedule.plan import Plan
     monkeypatch.setattr(milp, "WINDOW_LAYERS", 4)
-    costs, hw = _random_instance(8, seed)
-    built = milp.build(costs, hw)
-    point = []
-    milp._highs_solve(milp._highs_arrays(built.model), point)
-    point = point[0]
-    plan = Plan.create(costs, hw, name="host", boundary_tiers=["device"] + ["host"] * 7 + ["device"])
+    costs, hw, built, point, plan = _all_host_plan_and_lp(seed)
     windows = milp._windows(built, plan, point)
     assert sorted(windows) == [(0, 4), (2, 6), (4, 8)]
     exact = _exact_at(monkeypatch, costs, hw, 1, 1)
