@@ -1297,13 +1297,47 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             if q is not None and (cutoff is None or q.predicted_step_time_s < cutoff) and (
                     limit is None or q.predicted_step_time_s < limit) and adopt(q):
                 return
-        if lp is not None and direct and point is not None and heuristic is not None and (
+        def own_pair():
+            """Whether the best plan so far is of this pair (and this pair's LP solution at hand)."""
+            return lp is not None and direct and point is not None and heuristic is not None and (
                 heuristic.weight_prefetch_depth, heuristic.act_prefetch_depth) == (
-                built.weight_prefetch_depth, built.act_prefetch_depth):
+                built.weight_prefetch_depth, built.act_prefetch_depth)
+
+        def root_settles():
+            """With the LP neighbourhoods' plan in hand, HiGHS' root alone (``HIGHS_CUTOFF_NODES``),
+            asked only for a plan rel_gap faster: True where that settles this pair. That none
+            exists proves the plan in hand (the root's cuts often show it); a plan the root proves
+            within rel_gap is taken."""
+            nonlocal best, best_bound
+            in_hand = _limit(None, best, heuristic)
+            if not (direct and union_point) or in_hand is None or _mip_solver(built.model) != "highs":
+                return False
+            bar = in_hand * (1 - rel_gap) if cutoff is None else min(in_hand * (1 - rel_gap), cutoff)
+            t = time.perf_counter()
+            status = _optimize(built, rel_gap, time_limit_s, bar, HIGHS_CUTOFF_NODES, solver="highs")
+            stats["bb_s"] += time.perf_counter() - t
+            stats["bb_runs"] += 1
+            stats["proof"] = "highs"
+            if built.solved.status == mip.OptimizationStatus.INFEASIBLE:
+                best_bound = min(best_bound, bar)
+                return True
+            if status != "optimal":
+                return False
+            bound = max(built.solved.objective_bound, lp if lp is not None else -math.inf)
+            plan = decode(built, costs, hardware, status=status, bound=bound, solve_time_s=0.0)
+            best_bound = min(best_bound, bound)
+            if best is None or plan.predicted_step_time_s < best.predicted_step_time_s:
+                best = plan
+            return True
+
+        if own_pair():
             # the best plan so far is of this pair: the neighbourhood where it and this pair's LP agree
             q = counted(_rins, built, heuristic, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
             if faster(q) and adopt(q):
                 return
+        if root_settles():
+            return
+        if own_pair():
             # then windows of layers re-routed, where the plan and the LP disagree most (only for
             # a plan near the proof: a window gained 0.05-0.2 % on the random instances)
             near = heuristic.predicted_step_time_s - lp <= WINDOW_GAPS * rel_gap * heuristic.predicted_step_time_s
@@ -1323,7 +1357,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # with CBC's preprocessing: without it CBC was faster on three random NVMe instances but
         # returned worse plans on four of five random instances (README, "CBC without its preprocessing")
         solver = _mip_solver(built.model)
-        status = _optimize(built, rel_gap, time_limit_s, limit, max_nodes, solver=solver)
+        # CBC: nothing at or above the best plan so far (or the caller's cutoff); HiGHS: no cutoff
+        status = _optimize(built, rel_gap, time_limit_s, limit if solver == "cbc" else None, max_nodes, solver=solver)
         stats["bb_s"] += time.perf_counter() - t
         stats["bb_runs"] += 1
         stats["proof"] = "cbc" if solver == "cbc" else "highs"
@@ -1380,6 +1415,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # every other pair is ruled out within rel_gap too (HiGHS stopped by its time limit on a second
     # pair, without a plan, leaves that pair's LP as its bound: random 128-layer seed 9, 1.04 %)
     proved = gap <= rel_gap * (1 + 1e-9) + 1e-12
+    if proved:
+        gap = min(gap, rel_gap)  # (a bound at (1 - rel_gap) x the plan, HiGHS' cutoff, less its rounding)
     best = best.replace(solver_status="optimal" if proved else "feasible")
     return best.replace(gap=gap, solve_time_s=time.perf_counter() - t0)
 
@@ -1425,7 +1462,10 @@ def _tier_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s:
             built.res[add_residual].lb = built.res[add_residual].ub = 1.0
         else:
             m.start = start
-        status = _optimize(built, gap, time_limit_s, plan.predicted_step_time_s, NEIGHBOURHOOD_NODES)
+        # the plan's value as CBC's cutoff; HiGHS (large models) runs without it: with it as a row
+        # it stopped at other, slower plans (random NVMe instance, 64 layers: 17.338 s for 17.306 s)
+        cut = plan.predicted_step_time_s if _mip_solver(m) == "cbc" else None
+        status = _optimize(built, gap, time_limit_s, cut, NEIGHBOURHOOD_NODES)
         found = decode(built, costs, hardware, status=status, bound=None, solve_time_s=0.0) if status else None
     finally:
         for var, lb, ub in fixed:
@@ -1604,6 +1644,12 @@ MIP_SOLVER = "auto"  # "cbc" | "highs" | "auto" (``_mip_solver``: HiGHS for larg
 # 7-9, rel_gap 1 %) took 0.8-1.1 s with CBC and 1.2-1.3 s with HiGHS at 16 layers (5,000 nonzeros),
 # 2.3-8.2 s and 2.2-5.3 s at 24 (8,700-9,200), 4.3-21.8 s (one left at 1.01 %) and 3.4-5.5 s at 32
 HIGHS_MIP_MIN_NONZEROS = 8_000
+# HiGHS' nodes when asked only for a plan rel_gap faster than the LP neighbourhoods' plan in hand
+# (``solve``, large models): its root, whose cuts proved none exists on random host-only 128-layer
+# instances (1.8-2.7 s, where the run without the cutoff took 8.5-15 s to find nothing better); where
+# they do not, the plain run follows. Not for the search's plans: on a 32-layer instance the root
+# with that cutoff took 3.7 s without settling it, where the plain run found a plan 0.7 % faster in 0.3 s
+HIGHS_CUTOFF_NODES = 1
 ISOLATE_CBC = hasattr(os, "fork")  # run CBC's branch and bound in a child process (see _optimize)
 CBC_GRACE_S = 60.0                  # how long past its time limit a CBC child may run before it is stopped
 
@@ -1615,8 +1661,8 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     found is in ``built.solved`` (``decode`` reads the values from there).
 
     ``solver``: "cbc" (python-mip's CBC, from the model's start if set, nothing at or above
-    ``cutoff``) or "highs" (HiGHS' branch and cut through scipy, without start or cutoff:
-    ``_highs_mip``); None: ``MIP_SOLVER``'s choice for this model (``_mip_solver``).
+    ``cutoff``) or "highs" (HiGHS' branch and cut through scipy, without a start, nothing above
+    ``cutoff``: ``_highs_mip``); None: ``MIP_SOLVER``'s choice for this model (``_mip_solver``).
     ``preprocess=False`` skips CBC's preprocessing (``benchmarks/planner_probes.py cbc`` compares).
 
     Where the platform forks (``ISOLATE_CBC``), CBC runs in a child process on a copy of the model
@@ -1627,8 +1673,8 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     m = built.model
     if solver is None:
         solver = _mip_solver(m)
-    if solver == "highs":   # (no cutoff: see _highs_mip; solve keeps only plans below it)
-        built.solved = _highs_mip(m, rel_gap, time_limit_s, max_nodes)
+    if solver == "highs":
+        built.solved = _highs_mip(m, rel_gap, time_limit_s, max_nodes, cutoff)
     else:
         if cutoff is not None:
             m.cutoff = cutoff
@@ -1662,15 +1708,19 @@ def _scipy_milp():
     return milp
 
 
-def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int) -> Solved:
-    """HiGHS' branch and cut (scipy's ``milp``) on ``m``, to ``rel_gap`` of its own incumbent.
+def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int,
+               cutoff: float | None = None) -> Solved:
+    """HiGHS' branch and cut (scipy's ``milp``) on ``m``, to ``rel_gap`` of its own incumbent;
+    ``cutoff``: only plans whose objective is at most this (a row on the objective), so INFEASIBLE
+    then says that nothing at these depths reaches it.
 
-    No cutoff is passed: HiGHS 1.12 compares its ``objective_bound`` with the presolved model's
-    objective, which differs by the presolve's offset (with a cutoff 10 % below the optimum it
-    still returned the optimum, so it could as well prune below a cutoff); with presolve off, or
-    the cutoff as a row, it took 9.8 s and 26.6 s where the plain run took 6.1-6.6 s (random
-    128-layer instance, depths (2, 1)). A plan already in hand is proved all the same: HiGHS'
-    bound is within ``rel_gap`` of its incumbent, so of any plan no better than that incumbent."""
+    The cutoff is a row, not HiGHS' ``objective_bound`` option: HiGHS 1.12 compares that option
+    with the presolved model's objective, which differs by the presolve's offset (with a bound 10 %
+    below the optimum it still returned the optimum). With a plan in hand the solve asks for one
+    ``rel_gap`` faster (``solve``): where none exists, HiGHS' root cuts usually show it at once
+    (random host-only 128-layer instances, depths (2, 1): infeasible in 1.8 s where the run without
+    the row took 8.5-9 s to find nothing better; at (2, 2), 2.7 s against 15.1 s). Asking for less
+    (half of ``rel_gap``: 20 s; the plan's own value: 9 s, as without the row) gains nothing."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint
     milp = _scipy_milp()
@@ -1680,6 +1730,8 @@ def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int
         constraints.append(LinearConstraint(args["A_ub"], -np.inf, args["b_ub"]))
     if args["A_eq"] is not None:
         constraints.append(LinearConstraint(args["A_eq"], args["b_eq"], args["b_eq"]))
+    if cutoff is not None and math.isfinite(cutoff):
+        constraints.append(LinearConstraint(cost.reshape(1, -1), -np.inf, cutoff - const))
     integrality = np.array([1 if v.var_type in (mip.BINARY, mip.INTEGER) else 0 for v in m.vars])
     options = dict(mip_rel_gap=rel_gap, node_limit=int(max_nodes), disp=False)
     if math.isfinite(time_limit_s):

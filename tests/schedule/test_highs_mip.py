@@ -62,6 +62,25 @@ def test_highs_mip_finds_cbcs_optimum_and_decodes_to_the_step_model():
     assert milp._highs_mip(tiny.model, 0.0, 60.0, 10_000).status == mip.OptimizationStatus.INFEASIBLE
 
 
+def test_highs_mip_cutoff_keeps_only_plans_at_or_below_it():
+    """``_highs_mip``'s cutoff (a row on the objective): INFEASIBLE just below the optimum, the
+    optimum itself when the cutoff lies above it, and a plan at or below the cutoff within
+    ``rel_gap`` of a bound that stays below the optimum."""
+    costs, hw = _random_instance(8, 4)
+    built = milp.build(costs, hw)
+    optimum = milp._highs_mip(built.model, 0.0, 60.0, 10_000).objective_value
+    below = milp._highs_mip(built.model, 0.0, 60.0, 10_000, cutoff=optimum * (1 - 1e-4))
+    assert below.status == mip.OptimizationStatus.INFEASIBLE and below.values is None
+    above = milp._highs_mip(built.model, 0.0, 60.0, 10_000, cutoff=optimum * 1.02)
+    assert above.objective_value == pytest.approx(optimum, rel=1e-7)
+    loose = milp._highs_mip(built.model, 0.05, 60.0, 10_000, cutoff=optimum * 1.001)
+    assert loose.objective_value <= optimum * 1.001 * (1 + 1e-9)
+    assert loose.objective_bound <= optimum * (1 + 1e-9)
+    # through _optimize, as solve's branch and bound calls it
+    assert milp._optimize(built, 0.0, 60.0, optimum * (1 - 1e-4), 10_000, solver="highs") is None
+    assert built.solved.status == mip.OptimizationStatus.INFEASIBLE
+
+
 @pytest.mark.parametrize("num_layers,seed", [pytest.param(12, 7, marks=pytest.mark.slow), (16, 7)])
 @pytest.mark.parametrize("union_search_gaps", [0.0, 1e9])
 def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed, union_search_gaps):
@@ -89,6 +108,58 @@ def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed, u
     assert p.predicted_step_time_s - optimum <= 1e-2 * p.predicted_step_time_s
     assert p.predicted_step_time_s * (1 - p.gap) <= optimum * (1 + 1e-9)   # a valid bound
     assert math.isfinite(p.gap)
+
+
+@pytest.mark.parametrize("root_settles", [True, False])
+def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch, root_settles):
+    """With the LP neighbourhoods' plan in hand, HiGHS on the large-model path first runs its root
+    alone (``HIGHS_CUTOFF_NODES``), asked only for a plan ``rel_gap`` faster (its cutoff). Where
+    none exists (INFEASIBLE) that proves the plan in hand, and the bound reported is the cutoff;
+    where the root does not settle it (forced here), HiGHS' plain run follows. Either way the plan
+    is within ``rel_gap`` of the exact optimum (CBC, rel_gap 0) and its bound below that optimum."""
+    costs, hw = _random_instance(16, 1)
+    monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
+    optimum = milp.solve(costs, hw, rel_gap=0.0).predicted_step_time_s
+    monkeypatch.setattr(milp, "MIP_SOLVER", "auto")
+    monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)   # the union LP's solution, so its neighbourhoods
+    calls, highs_mip = [], milp._highs_mip
+
+    def recorded(m, rel_gap, time_limit_s, max_nodes, cutoff=None):
+        if cutoff is not None and not root_settles:
+            solved = milp.Solved(status=mip.OptimizationStatus.NO_SOLUTION_FOUND, objective_value=None,
+                                 objective_bound=-math.inf, values=None)
+        else:
+            solved = highs_mip(m, rel_gap, time_limit_s, max_nodes, cutoff)
+        calls.append((cutoff, max_nodes, solved))
+        return solved
+
+    runs, optimize = [], milp._optimize
+
+    def counted(built, rel_gap, time_limit_s, cutoff, max_nodes=milp.DEFAULT_MAX_NODES, *args, **kw):
+        runs.append((cutoff, max_nodes))
+        return optimize(built, rel_gap, time_limit_s, cutoff, max_nodes, *args, **kw)
+
+    monkeypatch.setattr(milp, "_highs_mip", recorded)
+    monkeypatch.setattr(milp, "_optimize", counted)
+    stats = {}
+    p = milp.solve(costs, hw, rel_gap=1e-2, stats=stats)
+    assert stats["proof"] == "highs" and stats["rens_runs"] >= 1
+    probes = [(c, s) for c, n, s in calls if c is not None]
+    assert probes and all(n == milp.HIGHS_CUTOFF_NODES for c, n, _ in calls if c is not None)
+    cutoff, solved = probes[-1]
+    assert cutoff <= optimum * (1 + 1e-2)   # a plan rel_gap faster than one in hand
+    plain = [c for c, n in runs if n == milp.DEFAULT_MAX_NODES]   # branch and bound's own runs (no cutoff)
+    assert all(c is None for c in plain)
+    if root_settles:
+        assert solved.status == mip.OptimizationStatus.INFEASIBLE and cutoff <= optimum * (1 + 1e-9)
+        assert p.gap == pytest.approx(1e-2) and p.predicted_step_time_s * (1 - p.gap) == pytest.approx(cutoff)
+        assert not plain   # the root's proof spared HiGHS' plain run
+    else:
+        assert plain    # the plain run followed
+    assert p.fits() and p.solver_status == "optimal" and p.gap <= 1e-2
+    assert optimum - 1e-9 <= p.predicted_step_time_s <= optimum * (1 + 1e-2 * (1 + 1e-9))
+    assert p.predicted_step_time_s * (1 - p.gap) <= optimum * (1 + 1e-9)   # a valid bound
 
 
 def test_highs_stopped_by_its_time_limit_still_returns_a_plan(monkeypatch):
