@@ -966,7 +966,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         unproved start's path and residuals, a small MILP per depth pair, then
         ``_residual_neighbourhood``'s probes), ``rens_s`` (the LP neighbourhoods of large models,
         ``rens_runs`` of them: ``_rens`` with its tier neighbourhood, ``_rins``), ``bb_s`` (branch and
-        bound, ``bb_runs`` of them: CBC's or HiGHS', ``MIP_SOLVER``) and ``proof``
+        bound, ``bb_runs`` of them: CBC's or HiGHS', ``MIP_SOLVER``; HiGHS' root with a cutoff
+        counts as one) and ``proof``
         (``union_lp``: the LP for every depth pair, split in two on the residual offload where it leaves
         room (``_offload_split``), proved the gap; ``depth_lps``: each depth pair's LP
         did; ``cbc`` / ``highs``: that solver branched).
