@@ -54,3 +54,27 @@ def test_profile_bad_input():
         lt.profile(model, 4, 16, num_micro_batches=3, device_memory=1e9)
     with pytest.raises(ValueError, match="hardware='measure'"):
         lt.plan(model, hardware="measure", batch_size="max", seq_len=16, device_memory=1e9)
+
+
+def test_optimizer_measurement_evicts_the_caches_only_where_a_step_would(monkeypatch):
+    """The host optimizer's rate is timed with the unit's buffers out of the caches where the
+    model's optimizer traffic per step exceeds the last-level cache (as in the engine's steps),
+    writing twice that cache at most ``EVICT_MAX_BYTES``; a model whose traffic fits is timed warm."""
+    from lazytrain_jax.executor import profiler
+    monkeypatch.setattr(profiler, "_last_level_cache_bytes", lambda default=0: 1 << 20)
+    allocated = []
+    zeros = profiler.np.zeros
+
+    def spy(n, *a, **k):
+        allocated.append(n * 8)
+        return zeros(n, *a, **k)
+
+    monkeypatch.setattr(profiler.np, "zeros", spy)
+    profiler._cache_evictor(1 << 20)()          # fits the cache: nothing written
+    assert allocated == []
+    evict = profiler._cache_evictor(1 << 30)
+    evict()
+    assert allocated == [2 << 20]
+    monkeypatch.setattr(profiler, "EVICT_MAX_BYTES", 1 << 19)
+    profiler._cache_evictor(1 << 30)
+    assert allocated[-1] == 1 << 19
