@@ -9,8 +9,12 @@
   seeds     ``milp.solve`` as ``planner.py`` (a) runs it, on other random instances (SEED:NVME,
             NVME 0 = no NVMe room), as ``lt.plan`` runs it (``milp.MIP_SOLVER``; where CBC
             branches, with its preprocessing or without: --no-preprocess)
+  root      on those instances, at --depths: HiGHS' plain run on the pair's model against its root
+            alone asked for a plan rel_gap (1 %) faster than the solve's plan (``milp._highs_mip``
+            with a cutoff, ``milp.HIGHS_CUTOFF_NODES``), and the pair's LP with the solve's path
+            (the x group) fixed
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds] [--layers 64] [--depths 2 1]
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
 
@@ -151,9 +155,39 @@ def seeds(args):
               flush=True)
 
 
+def root(args):
+    for spec in args.seeds:
+        seed, nvme = (int(v) for v in spec.split(":"))
+        c = random_heterogeneous(args.layers, seed=seed)
+        hw = random_nvme_hardware(c)
+        if not nvme:
+            hw = dataclasses.replace(hw, nvme_memory=0.0)
+        plan = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=20)
+        b = milp.build(c, hw, weight_prefetch_depth=args.depths[0], act_prefetch_depth=args.depths[1])
+        lp = milp._relaxed(b)
+        t = time.perf_counter()
+        plain = milp._highs_mip(b.model, 1e-2, 120.0, 10**6)
+        t_plain = time.perf_counter() - t
+        bar = plan.predicted_step_time_s * (1 - 1e-2)
+        t = time.perf_counter()
+        cut = milp._highs_mip(b.model, 1e-2, 120.0, milp.HIGHS_CUTOFF_NODES, cutoff=bar)
+        t_cut = time.perf_counter() - t
+        fixed = None
+        if (plan.weight_prefetch_depth, plan.act_prefetch_depth) == tuple(args.depths):
+            start = {v.idx: val for v, val in milp._start_values(plan, b)}
+            _fix(b, start, lambda g, _: g != "x")
+            fixed = milp._relaxed(b)
+            _fix(b, start, lambda g, _: True)
+        print(f"seed {spec}, {args.layers} layers, depths {tuple(args.depths)}: solve's plan "
+              f"{plan.predicted_step_time_s:.3f} s (depths ({plan.weight_prefetch_depth},{plan.act_prefetch_depth})), "
+              f"pair LP {lp:.3f} s{f', with its path fixed {fixed:.3f} s' if fixed is not None else ''}; "
+              f"HiGHS plain {t_plain:.2f} s -> {plain.status.name} {plain.objective_value or float('nan'):.3f} s; "
+              f"root with cutoff {bar:.3f} s: {t_cut:.2f} s -> {cut.status.name}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds"])
+    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
@@ -162,7 +196,7 @@ def main():
     ap.add_argument("--seeds", nargs="+", default=["7:1", "8:1", "9:1", "8:0", "11:0"])
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
-    {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds}[args.probe](args)
+    {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root}[args.probe](args)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 
 import jax
@@ -190,7 +191,7 @@ def _cache_evictor(step_bytes: int):
     return evict
 
 
-def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int) -> float:
+def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int, cold: bool | None = None) -> float:
     """Parameters per second of the per-unit fused 8-bit update on one layer of this model.
 
     Each timed update starts with its buffers out of the caches where the model's optimizer traffic
@@ -198,7 +199,8 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int) -> f
     unit in turn, so a unit's master, moments and gradients were last touched a whole model's
     traffic earlier. Timed with them warm, the update of a 98.6M-parameter
     model's layer (11.3M parameters, 2 cores, a 480 MB last-level cache) took 2.34-2.38 ms per
-    million parameters (median of 6), cold 2.71-2.79, and inside the engine's steps 2.77-3.01."""
+    million parameters (median of 6), cold 2.71-2.79, and inside the engine's steps 2.77-3.01
+    (``benchmarks/host_optimizer_cache.py``). ``cold``: force either way (None: by the traffic)."""
     from lazytrain_jax import optim
     from lazytrain_jax.executor import host_optim
     kind = cfg.layer_kinds[0]
@@ -224,7 +226,8 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int) -> f
     seconds = []
     # per parameter in a step: fp32 master and gradient, two 8-bit moments, the stream copy
     per_param = 4 + 4 + 2 + jnp.dtype(stream_dtype).itemsize
-    evict = _cache_evictor(sum(cfg.layer_num_params(k) for k in cfg.layer_kinds) * per_param)
+    step_bytes = sum(cfg.layer_num_params(k) for k in cfg.layer_kinds) * per_param
+    evict = _cache_evictor(step_bytes if cold is None else (math.inf if cold else 0))
     for _ in range(repeats + 2):
         state = opt.init({"embed": {}, "layers": [holder["m"]], "head": {}})
         evict()
