@@ -27,16 +27,12 @@ from jax.sharding import SingleDeviceSharding
 import lazytrain_jax as lt
 from lazytrain_jax.executor.profiler import _last_level_cache_bytes, _measure_host_optimizer, profile
 from lazytrain_jax.schedule.plan import Plan
-from streaming_cpu import make_batch, make_model
+from streaming_cpu import add_model_args, make_batch, make_model
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=1024)
-    ap.add_argument("--vocab", type=int, default=4096)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=256)
+    add_model_args(ap)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=8)
     args = ap.parse_args()

@@ -135,16 +135,21 @@ def windows(args):
           f"(the start {t1 - t0:.1f} s)")
 
 
+def seed_instance(spec: str, layers: int):
+    """The random instance ``SEED:NVME`` (NVME 0: no NVMe room) with ``layers`` layers: (costs, hardware)."""
+    seed, nvme = (int(v) for v in spec.split(":"))
+    c = random_heterogeneous(layers, seed=seed)
+    hw = random_nvme_hardware(c)
+    return c, hw if nvme else dataclasses.replace(hw, nvme_memory=0.0)
+
+
 def seeds(args):
     if args.no_preprocess:
         optimize = milp._optimize
         milp._optimize = lambda *a, **k: optimize(*a, **{**k, "preprocess": False})
     for spec in args.seeds:
         seed, nvme = (int(v) for v in spec.split(":"))
-        c = random_heterogeneous(args.layers, seed=seed)
-        hw = random_nvme_hardware(c)
-        if not nvme:
-            hw = dataclasses.replace(hw, nvme_memory=0.0)
+        c, hw = seed_instance(spec, args.layers)
         stats = {}
         t = time.perf_counter()
         p = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=20, stats=stats)
@@ -157,11 +162,7 @@ def seeds(args):
 
 def root(args):
     for spec in args.seeds:
-        seed, nvme = (int(v) for v in spec.split(":"))
-        c = random_heterogeneous(args.layers, seed=seed)
-        hw = random_nvme_hardware(c)
-        if not nvme:
-            hw = dataclasses.replace(hw, nvme_memory=0.0)
+        c, hw = seed_instance(spec, args.layers)
         plan = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=20)
         b = milp.build(c, hw, weight_prefetch_depth=args.depths[0], act_prefetch_depth=args.depths[1])
         lp = milp._relaxed(b)

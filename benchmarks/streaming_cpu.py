@@ -70,13 +70,18 @@ def row(name, times, a, b):
     return name, float(np.median(times[a])), float(np.median(times[b])), float(np.median(ratios))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_model_args(ap):
+    """The model and batch options (``make_model``, ``make_batch``), shared with other benchmarks."""
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=256)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_args(ap)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--depths", type=int, nargs=2, default=None, metavar=("WEIGHTS", "ACTS"),
                     help="(c) plays the plan at these prefetch depths (predictions recomputed)")
