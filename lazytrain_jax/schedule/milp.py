@@ -1298,6 +1298,19 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             if q is not None and (cutoff is None or q.predicted_step_time_s < cutoff) and (
                     limit is None or q.predicted_step_time_s < limit) and adopt(q):
                 return
+        def take(status):
+            """The solver's plan on this pair: its bound (the solver's, which at its time limit may
+            not yet have reached the root LP's value, or the root LP's own: both valid) counted,
+            the plan kept if it beats the best so far and the cutoff (HiGHS' plain run has no
+            cutoff: its plan may be worse than the best so far)."""
+            nonlocal best, best_bound
+            bound = max(built.solved.objective_bound, lp if lp is not None else -math.inf)
+            plan = decode(built, costs, hardware, status=status, bound=bound, solve_time_s=0.0)
+            best_bound = min(best_bound, bound)
+            if (cutoff is None or plan.predicted_step_time_s < cutoff) and (
+                    best is None or plan.predicted_step_time_s < best.predicted_step_time_s):
+                best = plan
+
         def own_pair():
             """Whether the best plan so far is of this pair (and this pair's LP solution at hand)."""
             return lp is not None and direct and point is not None and heuristic is not None and (
@@ -1309,7 +1322,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             asked only for a plan rel_gap faster: True where that settles this pair. That none
             exists proves the plan in hand (the root's cuts often show it); a plan the root proves
             within rel_gap is taken."""
-            nonlocal best, best_bound
+            nonlocal best_bound
             in_hand = _limit(None, best, heuristic)
             if not (direct and union_point) or in_hand is None or _mip_solver(built.model) != "highs":
                 return False
@@ -1324,11 +1337,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 return True
             if status != "optimal":
                 return False
-            bound = max(built.solved.objective_bound, lp if lp is not None else -math.inf)
-            plan = decode(built, costs, hardware, status=status, bound=bound, solve_time_s=0.0)
-            best_bound = min(best_bound, bound)
-            if best is None or plan.predicted_step_time_s < best.predicted_step_time_s:
-                best = plan
+            take(status)
             return True
 
         if own_pair():
@@ -1378,14 +1387,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             trusted = built.solved.objective_bound if solver == "highs" else -math.inf
             best_bound = min(best_bound, max(lp if lp is not None else 0.0, trusted))
             return
-        # two valid bounds for this depth pair: the solver's (which at its time limit may not yet
-        # have reached the root LP's value) and the root LP's own
-        bound = max(built.solved.objective_bound, lp if lp is not None else -math.inf)
-        plan = decode(built, costs, hardware, status=status, bound=bound, solve_time_s=0.0)
-        best_bound = min(best_bound, bound)
-        if (cutoff is None or plan.predicted_step_time_s < cutoff) and (
-                best is None or plan.predicted_step_time_s < best.predicted_step_time_s):
-            best = plan   # (HiGHS had no cutoff: its plan may be worse than the best so far)
+        take(status)
 
     if direct and pending:
         # HiGHS on the union phase's own depth pair first (depths sorted so) while the other
