@@ -29,7 +29,7 @@ from lazytrain_jax.schedule import milp
 from lazytrain_jax.schedule.api import best_heuristic
 from planner import random_heterogeneous, random_nvme_hardware
 
-GROUPS = ("x", "host", "nv", "res", "off", "r")
+GROUPS = milp.DECISION_GROUPS
 
 
 def instance(layers):

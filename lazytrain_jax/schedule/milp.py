@@ -1481,6 +1481,14 @@ def _tier_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s:
     return found if add_residual is None or found.predicted_step_time_s < plan.predicted_step_time_s else None
 
 
+DECISION_GROUPS = ("x", "host", "nv", "res", "off", "r")  # Built's binary decisions: the neighbourhoods fix these
+
+
+def _decision_indices(built: Built) -> set:
+    """The column indices of ``built``'s binary decisions (``DECISION_GROUPS``)."""
+    return {v.idx for group in DECISION_GROUPS for v in getattr(built, group).values()}
+
+
 RENS_GAP = 0.5        # _rens stops at this fraction of rel_gap from its own bound
 RENS_TOLERANCE = 1e-4  # an LP value this close to 0 or 1 counts as integral (fixed by _rens)
 
@@ -1498,7 +1506,7 @@ def _rens(built: Built, union_built: Built, point, costs, hardware, rel_gap: flo
     solved exactly at the pair the LP leans to, gave plans within 0.9-1.0 % of the union LP (seeds
     7-9), in 0.3-2.9 s, where HiGHS on the whole pair model took 6-9 s."""
     fixings = []
-    for group in ("x", "host", "nv", "res", "off", "r"):
+    for group in DECISION_GROUPS:
         relaxed = getattr(union_built, group)
         for key, var in getattr(built, group).items():
             if key not in relaxed:
@@ -1529,7 +1537,7 @@ def _rins(built: Built, plan: Plan, point, costs, hardware, rel_gap: float, time
     start = _start_values(plan, built)
     if not start:
         return None
-    decisions = {v.idx for group in ("x", "host", "nv", "res", "off", "r") for v in getattr(built, group).values()}
+    decisions = _decision_indices(built)
     fixings = [(var, value) for var, value in start
                if var.idx in decisions and abs(point[var.idx] - value) < RINS_TOLERANCE]
     return _fixed_neighbourhood(built, fixings, costs, hardware, RENS_GAP * rel_gap, time_limit_s, max_nodes)
@@ -1576,7 +1584,7 @@ def _window_neighbourhood(built: Built, plan: Plan, window, costs, hardware, rel
         return None
     free = {v.idx for (s, e), v in built.x.items() if s < hi and e >= lo}
     free |= {v.idx for group in (built.host, built.nv, built.res, built.off) for k, v in group.items() if lo <= k <= hi}
-    decisions = {v.idx for group in ("x", "host", "nv", "res", "off", "r") for v in getattr(built, group).values()}
+    decisions = _decision_indices(built)
     fixings = [(var, value) for var, value in start if var.idx in decisions and var.idx not in free]
     return _fixed_neighbourhood(built, fixings, costs, hardware, RENS_GAP * rel_gap, time_limit_s, max_nodes)
 
