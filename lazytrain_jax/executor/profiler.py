@@ -220,14 +220,14 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int, cold
         holder["m"], holder["copy"] = new, copy
         return copy
 
-    # moments are donated by each call; re-reading them from a fresh state keeps shapes, not values.
-    # Two untimed calls first: the first has no previous copy to donate, so the second compiles the
-    # in-place variant (timed, it made one repeat count a compilation: 6e5 params/s for 3e8)
-    seconds = []
     # per parameter in a step: fp32 master and gradient, two 8-bit moments, the stream copy
     per_param = 4 + 4 + 2 + jnp.dtype(stream_dtype).itemsize
     step_bytes = sum(cfg.layer_num_params(k) for k in cfg.layer_kinds) * per_param
     evict = _cache_evictor(step_bytes if cold is None else (math.inf if cold else 0))
+    # moments are donated by each call; re-reading them from a fresh state keeps shapes, not values.
+    # Two untimed calls first: the first has no previous copy to donate, so the second compiles the
+    # in-place variant (timed, it made one repeat count a compilation: 6e5 params/s for 3e8)
+    seconds = []
     for _ in range(repeats + 2):
         state = opt.init({"embed": {}, "layers": [holder["m"]], "head": {}})
         evict()
