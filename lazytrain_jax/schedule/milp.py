@@ -1365,7 +1365,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             built.model.start = start
         t = time.perf_counter()
         # with CBC's preprocessing: without it CBC was faster on three random NVMe instances but
-        # returned worse plans on four of five random instances (README, "CBC without its preprocessing")
+        # returned worse plans on four of five random instances
+        # (benchmarks/RESULTS.md, "CBC without its preprocessing")
         solver = _mip_solver(built.model)
         # CBC: nothing at or above the best plan so far (or the caller's cutoff); HiGHS: no cutoff
         status = _optimize(built, rel_gap, time_limit_s, limit if solver == "cbc" else None, max_nodes, solver=solver)
@@ -1678,9 +1679,10 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
 
     Where the platform forks (``ISOLATE_CBC``), CBC runs in a child process on a copy of the model
     and sends back its status, bound and values: CBC's branch and bound has aborted with a double
-    free in its postprocessing on a 128-layer model and then hung in its own crash handler (README,
-    "CBC can abort"). A child that dies, or outlives its time limit by ``CBC_GRACE_S``, counts as a
-    run without a solution; the model in this process is never solved, so the next run starts clean."""
+    free in its postprocessing on a 128-layer model and then hung in its own crash handler
+    (benchmarks/RESULTS.md, "CBC can abort"). A child that dies, or outlives its time limit by
+    ``CBC_GRACE_S``, counts as a run without a solution; the model in this process is never solved,
+    so the next run starts clean."""
     m = built.model
     if solver is None:
         solver = _mip_solver(m)
