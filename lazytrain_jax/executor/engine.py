@@ -3,7 +3,8 @@
 The engine plays the item sequence of ``schedule.timing.items`` (P0, P1, FE, F_0.., FH, RC/B per
 segment from the top, BE): each item's compute runs on the main thread while its weights (and
 offloaded inputs) were uploaded ahead by the H2D worker, its outputs go down on the D2H worker
-and to NVMe files on the NVMe workers; the host optimizer runs on its own worker. Every worker
+and to NVMe files on the NVMe workers; the host optimizer runs on its own worker (on the CPU
+backend each unit's update starts once the compute of the window it is due in has ended). Every worker
 records its intervals (``engine.timeline``), so each measured window maps onto a predicted one.
 
 Host store (CPU backend): fp32 master parameters and optimizer state per unit, and the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import gc
+import threading
 import functools
 import time
 
@@ -176,6 +178,11 @@ class StreamingEngine:
         self._opt_state = self.opt.init(master)
         self._stream = [self._make_copy(m) for m in self._master]
         self._pending_units: list[cf.Future | None] = [None] * (L + 2)
+        # where the device computes on the host's own cores (the CPU backend) a pipelined update
+        # waits for its window's compute, as the step model plays them (``schedule.steps``: one load
+        # after another): run beside it, the update and the compute slowed each other down
+        self._gate_updates = on_cpu
+        self._gates: list[threading.Event] = []  # per unit: its pipelined update may start
         self._pending_finish: cf.Future | None = None
         self._serial_pending = None
         self.step_count = 0
@@ -188,6 +195,7 @@ class StreamingEngine:
 
     def flush(self) -> None:
         """Waits for (or runs) any pending optimizer update."""
+        self._open_gates()
         if self._serial_pending is not None:
             self._run_serial_update()
         for fut in self._pending_units:
@@ -231,10 +239,14 @@ class StreamingEngine:
 
     # ---- workers ------------------------------------------------------------------------------
 
-    def _submit(self, channel: str, name: str, fn, *args, item: int | None = None) -> cf.Future:
+    def _submit(self, channel: str, name: str, fn, *args, item: int | None = None,
+                after: threading.Event | None = None) -> cf.Future:
+        """``fn(*args)`` on ``channel``'s worker (once ``after`` is set, if given), its interval timed."""
         tl = self.timeline
 
         def run():
+            if after is not None:
+                after.wait()
             t0 = tl.now()
             out = fn(*args)
             jax.block_until_ready(out)
@@ -341,6 +353,8 @@ class StreamingEngine:
         info, hp, count, skipped = opt.begin(state, norm)
         moments = [None] * (self.num_layers + 2)
 
+        gates = self._gates = [threading.Event() for _ in range(self.num_layers + 2)] if self._gate_updates else []
+
         def update(u):
             # the unit's old streaming copy (its uploads of this step are done: the backward that
             # produced grads[u] used them) is donated and holds the new one
@@ -348,8 +362,14 @@ class StreamingEngine:
             self._master[u], self._stream[u], moments[u] = master, copy, mom
             return copy
 
-        self._pending_units = [self._submit("optimizer", f"opt{u}", update, u) for u in range(self.num_layers + 2)]
+        self._pending_units = [self._submit("optimizer", f"opt{u}", update, u, after=gates[u] if gates else None)
+                               for u in range(self.num_layers + 2)]
         self._pending_finish = self._workers["optimizer"].submit(lambda: opt.finish(state, moments, count, skipped))
+
+    def _open_gates(self, units=None):
+        """Lets the pipelined updates of ``units`` (all if None) start (where they are gated)."""
+        for u in (range(len(self._gates)) if units is None else units):
+            self._gates[u].set()
 
     def _run_serial_update(self):
         grads, norm = self._serial_pending

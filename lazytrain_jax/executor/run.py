@@ -347,6 +347,8 @@ class StepRun:
                 self._issue_res_fetch(k, j)
             self.k_now = k
             self._run_item(k, item)
+            if e._gates:  # the updates due in this window start after its compute (CPU backend)
+                e._open_gates(e.updates_due.get(k, ()))
             for fut in self.grads_due.pop(k, ()):  # gradients' copies down due by the end of this item
                 e._wait(fut, "d2h")
             if k in self.res_due:  # the copy down of the residuals is due by the end of this item
@@ -357,6 +359,7 @@ class StepRun:
             self._sweep()
             self._audit(item.name)
             e.timeline.add_window(item.name, t0, e.timeline.now())
+        e._open_gates()
         self._sweep(wait=True)
         e.ledger.free("batch")
         loss = float(sum(np.asarray(x) for x in self.losses))
@@ -373,6 +376,7 @@ class StepRun:
 
     def abort(self):
         """After an error: wait for in-flight transfers so nothing writes behind the caller's back."""
+        self.e._open_gates()  # an upload may wait for its unit's gated update
         for futs in (self.wfut, self.afut, self.rfut, self.grad_futs, self.h_host, self.h_nvme, self.res_host,
                      self.resfut):
             for fut in list(futs.values()):
