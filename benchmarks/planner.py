@@ -79,8 +79,8 @@ def part_a(only: str | None = None):
                  c, 1 / 4), host_memory=20e9, host_opt_rate=2e9)))(costs("qwen2.5-3b", h8, 192, 4, num_layers=L))),
              ("random heterogeneous, NVMe", lambda L: (lambda c: (c, random_nvme_hardware(c)))(random_heterogeneous(L))),
              # two more real shapes: residuals worth sending to the host, not all of which fit there;
-             # and half the boundaries' room on an H100 (the LP leaves 1.5 % there, see
-             # benchmarks/RESULTS.md, "Residual offload split")
+             # and half the boundaries' room on an H100 (the LP left 1.4-1.6 % there before the
+             # residual fetch cuts; one LP proves it since: benchmarks/RESULTS.md, "Residual offload split")
              ("qwen3-32b h200 b32 m4", lambda L: (costs("qwen3-32b", h8, 32, 4, num_layers=L), Hardware.preset("h200"))),
              ("llama3-8b h100 b64 m4, 1/2 boundaries", lambda L: (lambda c: (c, Hardware.preset(
                  "h100", device_memory=tight_device_memory(c, 0.5))))(costs("llama3-8b", h8, 64, 4, num_layers=L)))]
