@@ -1202,6 +1202,25 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             union = max(union, _offload_split(union_built, arrays))
             stats["lp_s"] += time.perf_counter() - t
             stats["lp_solves"] += 2
+        if not union_proves(incumbent) and direct and depth_bounds and (
+                cutoff is None or incumbent.predicted_step_time_s < cutoff):
+            # HiGHS' root on each half of the union model the split left open, asked only for a
+            # plan rel_gap faster: where none exists the half's depth pairs are ruled out (random
+            # host-only 128-layer instances: 1.1-3.7 s a half, both halves side by side, where each
+            # depth pair's neighbourhoods and root took 1.8-4.6 s)
+            bar = incumbent.predicted_step_time_s * (1 - rel_gap)
+            halves = [dw for dw in weights if depth_bounds[dw] < bar]
+            t = time.perf_counter()
+            settled = _half_roots(union_built, arrays, bar, halves, rel_gap, time_limit_s)
+            stats["bb_s"] += time.perf_counter() - t
+            stats["bb_runs"] += len(halves)
+            for dw, none_below in settled.items():
+                if none_below:
+                    depth_bounds[dw] = bar  # the per-depth phase below skips this half's pairs
+            if all(depth_bounds[dw] >= bar for dw in weights):
+                stats["proof"] = "highs"
+                return incumbent.replace(name="milp", solver_status="optimal", gap=rel_gap,
+                                         solve_time_s=time.perf_counter() - t0)
         if union_proves(incumbent):
             value = incumbent.predicted_step_time_s
             stats["proof"] = "union_lp"
@@ -1734,10 +1753,24 @@ def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int
     (random host-only 128-layer instances, depths (2, 1): infeasible in 1.8 s where the run without
     the row took 8.5-9 s to find nothing better; at (2, 2), 2.7 s against 15.1 s). Asking for less
     (half of ``rel_gap``: 20 s; the plan's own value: 9 s, as without the row) gains nothing."""
+    with _quiet_stdout():  # HiGHS prints some of its solution repairs to fd 1
+        return _highs_mip_arrays(_highs_arrays(m), _integrality(m), rel_gap, time_limit_s, max_nodes, cutoff)
+
+
+def _integrality(m: mip.Model):
+    """scipy ``milp``'s integrality of ``m``'s variables (1: binary or integer)."""
+    import numpy as np
+    return np.array([1 if v.var_type in (mip.BINARY, mip.INTEGER) else 0 for v in m.vars])
+
+
+def _highs_mip_arrays(arrays, integrality, rel_gap: float, time_limit_s: float, max_nodes: int,
+                      cutoff: float | None = None) -> Solved:
+    """:func:`_highs_mip` on prepared arrays (``_highs_arrays``, ``_integrality``). HiGHS releases
+    the interpreter lock; fd 1 is left as it is (the caller silences it, ``_quiet_stdout``)."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint
     milp = _scipy_milp()
-    cost, args, const = _highs_arrays(m)
+    cost, args, const = arrays
     constraints = []
     if args["A_ub"] is not None:
         constraints.append(LinearConstraint(args["A_ub"], -np.inf, args["b_ub"]))
@@ -1745,13 +1778,11 @@ def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int
         constraints.append(LinearConstraint(args["A_eq"], args["b_eq"], args["b_eq"]))
     if cutoff is not None and math.isfinite(cutoff):
         constraints.append(LinearConstraint(cost.reshape(1, -1), -np.inf, cutoff - const))
-    integrality = np.array([1 if v.var_type in (mip.BINARY, mip.INTEGER) else 0 for v in m.vars])
     options = dict(mip_rel_gap=rel_gap, node_limit=int(max_nodes), disp=False)
     if math.isfinite(time_limit_s):
         options["time_limit"] = float(time_limit_s)
-    with _quiet_stdout():  # HiGHS prints some of its solution repairs to fd 1
-        res = milp(cost, constraints=constraints, integrality=integrality,
-                   bounds=Bounds(args["bounds"][:, 0], args["bounds"][:, 1]), options=options)
+    res = milp(cost, constraints=constraints, integrality=integrality,
+               bounds=Bounds(args["bounds"][:, 0], args["bounds"][:, 1]), options=options)
     bound = getattr(res, "mip_dual_bound", None)
     bound = float(bound) + const if bound is not None and math.isfinite(bound) else -math.inf
     if res.x is None:
@@ -1763,6 +1794,28 @@ def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int
     status = mip.OptimizationStatus.OPTIMAL if res.status == 0 else mip.OptimizationStatus.FEASIBLE
     return Solved(status=status, objective_value=float(res.fun) + const, objective_bound=bound,
                   values=[float(v) for v in res.x])
+
+
+def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, time_limit_s: float) -> dict:
+    """HiGHS' root alone (``HIGHS_CUTOFF_NODES``) on the union model with its weight prefetch depth
+    fixed at each of ``halves`` (1 or 2), asked only for a plan whose objective is at most ``bar``,
+    the halves side by side in threads: ``{depth: True where none exists}``. The union model
+    relaxes every depth pair's own (its depth indicators are continuous), so True rules out every
+    pair with that weight prefetch depth (tested against the exact optimum)."""
+    cost, args, const = arrays
+    y_w = union_built.depth_indicators[0].idx
+    integrality = _integrality(union_built.model)
+    problems = []
+    for dw in halves:
+        bounds = args["bounds"].copy()
+        bounds[y_w] = 0.0 if dw == 1 else 1.0
+        problems.append((cost, {**args, "bounds": bounds}, const))
+
+    def root(problem):
+        return _highs_mip_arrays(problem, integrality, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar)
+    with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
+        found = list(pool.map(root, problems))
+    return {dw: f.status == mip.OptimizationStatus.INFEASIBLE for dw, f in zip(halves, found)}
 
 
 def _cbc_here(m: mip.Model, time_limit_s: float, max_nodes: int) -> Solved:

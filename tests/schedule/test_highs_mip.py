@@ -110,23 +110,33 @@ def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed, u
     assert math.isfinite(p.gap)
 
 
-@pytest.mark.parametrize("root_settles", [True, False])
-def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch, root_settles):
-    """With the LP neighbourhoods' plan in hand, HiGHS on the large-model path first runs its root
-    alone (``HIGHS_CUTOFF_NODES``), asked only for a plan ``rel_gap`` faster (its cutoff). Where
-    none exists (INFEASIBLE) that proves the plan in hand, and the bound reported is the cutoff;
-    where the root does not settle it (forced here), HiGHS' plain run follows. Either way the plan
-    is within ``rel_gap`` of the exact optimum (CBC, rel_gap 0) and its bound below that optimum."""
+@pytest.mark.parametrize("settles", ["halves", "pair", "neither"])
+def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch, settles):
+    """With the LP neighbourhoods' plan in hand and the union model split on the weight prefetch
+    depth, HiGHS' root runs alone (``HIGHS_CUTOFF_NODES``) on each half of the union model the
+    split left open, asked only for a plan ``rel_gap`` faster (``_half_roots``). Where none exists
+    on every half that proves the plan in hand (the bound reported is the cutoff) and no depth
+    pair's own model is branched on. Where the halves settle nothing (forced here), the depth
+    pairs follow: HiGHS' root on a pair's own model with the same cutoff, and where that settles
+    nothing either (forced), HiGHS' plain run. Each way the plan is within ``rel_gap`` of the
+    exact optimum (CBC, rel_gap 0) and its bound below that optimum."""
     costs, hw = _random_instance(16, 1)
     monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
     optimum = milp.solve(costs, hw, rel_gap=0.0).predicted_step_time_s
     monkeypatch.setattr(milp, "MIP_SOLVER", "auto")
     monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
     monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)   # the union LP's solution, so its neighbourhoods
+    halves, half_roots = [], milp._half_roots
+
+    def recorded_halves(union_built, arrays, bar, depths, *args):
+        found = half_roots(union_built, arrays, bar, depths, *args)
+        halves.append((bar, dict(found)))
+        return found if settles == "halves" else dict.fromkeys(found, False)
+
     calls, highs_mip = [], milp._highs_mip
 
     def recorded(m, rel_gap, time_limit_s, max_nodes, cutoff=None):
-        if cutoff is not None and not root_settles:
+        if cutoff is not None and settles == "neither":
             solved = milp.Solved(status=mip.OptimizationStatus.NO_SOLUTION_FOUND, objective_value=None,
                                  objective_bound=-math.inf, values=None)
         else:
@@ -140,26 +150,56 @@ def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch,
         runs.append((cutoff, max_nodes))
         return optimize(built, rel_gap, time_limit_s, cutoff, max_nodes, *args, **kw)
 
+    monkeypatch.setattr(milp, "_half_roots", recorded_halves)
     monkeypatch.setattr(milp, "_highs_mip", recorded)
     monkeypatch.setattr(milp, "_optimize", counted)
     stats = {}
     p = milp.solve(costs, hw, rel_gap=1e-2, stats=stats)
     assert stats["proof"] == "highs" and stats["rens_runs"] >= 1
-    probes = [(c, s) for c, n, s in calls if c is not None]
-    assert probes and all(n == milp.HIGHS_CUTOFF_NODES for c, n, _ in calls if c is not None)
-    cutoff, solved = probes[-1]
-    assert cutoff <= optimum * (1 + 1e-2)   # a plan rel_gap faster than one in hand
+    assert len(halves) == 1
+    bar, found = halves[0]
+    assert found and all(found.values())   # on this instance every open half has nothing below the bar
+    assert bar <= optimum * (1 + 1e-9)      # so nothing rel_gap faster than the plan in hand exists
     plain = [c for c, n in runs if n == milp.DEFAULT_MAX_NODES]   # branch and bound's own runs (no cutoff)
     assert all(c is None for c in plain)
-    if root_settles:
+    probes = [(c, n, s) for c, n, s in calls if c is not None]
+    assert all(n == milp.HIGHS_CUTOFF_NODES for _, n, _ in probes)
+    if settles == "halves":
+        assert not probes and not runs    # no depth pair's own model branched on
+        assert p.gap == pytest.approx(1e-2) and p.predicted_step_time_s * (1 - p.gap) == pytest.approx(bar)
+    elif settles == "pair":
+        cutoff, _, solved = probes[-1]
         assert solved.status == mip.OptimizationStatus.INFEASIBLE and cutoff <= optimum * (1 + 1e-9)
         assert p.gap == pytest.approx(1e-2) and p.predicted_step_time_s * (1 - p.gap) == pytest.approx(cutoff)
         assert not plain   # the root's proof spared HiGHS' plain run
     else:
-        assert plain    # the plain run followed
+        assert probes and plain    # the pair's root settled nothing: the plain run followed
     assert p.fits() and p.solver_status == "optimal" and p.gap <= 1e-2
     assert optimum - 1e-9 <= p.predicted_step_time_s <= optimum * (1 + 1e-2 * (1 + 1e-9))
     assert p.predicted_step_time_s * (1 - p.gap) <= optimum * (1 + 1e-9)   # a valid bound
+
+
+@pytest.mark.parametrize("num_layers,seed", [(8, 4), (12, 7)])
+def test_half_roots_never_rule_out_a_half_that_holds_a_plan_below_the_bar(num_layers, seed):
+    """``_half_roots`` rules out a weight prefetch depth only where no depth pair with it has a plan
+    at or below the bar: with the bar just above the exact optimum of the half (CBC, rel_gap 0, on
+    each of its pairs) the half stays open; with the bar below the half's LP bound it is ruled out."""
+    costs, hw = _random_instance(num_layers, seed)
+    union = milp.build(costs, hw, union=True)
+    arrays = milp._highs_arrays(union.model)
+    bounds, _ = milp._depth_split(union, arrays)
+    checked = 0
+    for dw in (1, 2):
+        best = [milp.solve(costs, hw, depths=((dw, da),), rel_gap=0.0)
+                for da in (1, 2)]
+        values = [q.predicted_step_time_s for q in best if q is not None]
+        checked += bool(values)
+        if values:   # (no plan fits at this weight prefetch depth: nothing to keep open)
+            assert bounds[dw] <= min(values) * (1 + 1e-9)
+            assert milp._half_roots(union, arrays, min(values) * (1 + 1e-6), [dw], 0.0, 60.0) == {dw: False}
+        if math.isfinite(bounds[dw]):
+            assert milp._half_roots(union, arrays, bounds[dw] * (1 - 1e-3), [dw], 0.0, 60.0) == {dw: True}
+    assert checked
 
 
 def test_highs_stopped_by_its_time_limit_still_returns_a_plan(monkeypatch):
