@@ -74,10 +74,14 @@ solution is at hand) does not prove the union phase's plan, the LP's solution is
 pair the LP leans to (``_leaning``), and the union LP is split on the weight prefetch depth
 (``_depth_split``: two LPs in parallel, one bound per half of the depth pairs, and ``_rens`` again
 from the solution of a half that leaves room). Far from the union LP (``UNION_SEARCH_GAPS``) this
-comes before the searches at the other depth pairs, near it after them. Then each depth pair's LP
-(two in parallel) prunes it; a pair it does not is tried with ``_rens``, ``_rins`` (the best
-plan and the pair's LP agreeing, fixed) and ``_window_neighbourhood`` (32 consecutive layers
-re-routed) before HiGHS' whole branch and cut runs on it. On the
+comes before the searches at the other depth pairs, near it after them. Still unproved, HiGHS'
+root alone runs on each half of the union model the split left open (``_half_roots``: the weight
+prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster: where
+none exists the half's depth pairs are ruled out. Then each depth pair's LP (two in parallel)
+prunes it; a pair it does not is tried with ``_rens``, ``_rins`` (the best plan and the pair's
+LP agreeing, fixed), HiGHS' root on the pair's own model with the same cutoff and
+``_window_neighbourhood`` (32 consecutive layers re-routed) before HiGHS' whole branch and cut
+runs on it. On the
 random 128-layer NVMe instance of ``benchmarks/planner.py`` this proves a 35.81 s plan within
 0.94 % of the union LP in 4.6-4.9 s; before it, HiGHS on the pairs took 17 s (35.91 s, 0.89 %)
 and CBC 80 s (36.14 s, 1.65 % unproved). The reported gap is
