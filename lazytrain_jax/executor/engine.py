@@ -368,6 +368,8 @@ class StreamingEngine:
 
     def _open_gates(self, units=None):
         """Lets the pipelined updates of ``units`` (all if None) start (where they are gated)."""
+        if not self._gates:
+            return
         for u in (range(len(self._gates)) if units is None else units):
             self._gates[u].set()
 

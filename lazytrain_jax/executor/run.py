@@ -347,8 +347,7 @@ class StepRun:
                 self._issue_res_fetch(k, j)
             self.k_now = k
             self._run_item(k, item)
-            if e._gates:  # the updates due in this window start after its compute (CPU backend)
-                e._open_gates(e.updates_due.get(k, ()))
+            e._open_gates(e.updates_due.get(k, ()))  # they start after this window's compute (CPU backend)
             for fut in self.grads_due.pop(k, ()):  # gradients' copies down due by the end of this item
                 e._wait(fut, "d2h")
             if k in self.res_due:  # the copy down of the residuals is due by the end of this item

@@ -787,17 +787,20 @@ def _depth_split(union_built: Built, arrays) -> tuple:
     seed 8: 36.437 s at weight depth 2, that pair's LP 36.437 s; 36.773 s at depth 1, its pairs'
     LPs 36.815 s and 36.898 s): two LPs on the model already built stand for four models to build
     and solve."""
-    cost, args, const = arrays
-    y_w = union_built.depth_indicators[0].idx
-    problems = []
-    for value in (0.0, 1.0):
-        bounds = args["bounds"].copy()
-        bounds[y_w] = value
-        problems.append((cost, {**args, "bounds": bounds}, const))
+    problems = [_half_problem(union_built, arrays, dw) for dw in (1, 2)]
     points = ([], [])
     values = _parallel_lps(problems, points)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},
             {dw: pt[0] for dw, pt in zip((1, 2), points) if pt})
+
+
+def _half_problem(union_built: Built, arrays, weight_prefetch_depth: int):
+    """The union model's arrays (``_highs_arrays``) with its weight depth indicator fixed at
+    ``weight_prefetch_depth`` (1: 0, 2: 1): the half of the depth pairs with that depth."""
+    cost, args, const = arrays
+    bounds = args["bounds"].copy()
+    bounds[union_built.depth_indicators[0].idx] = 0.0 if weight_prefetch_depth == 1 else 1.0
+    return cost, {**args, "bounds": bounds}, const
 
 
 def _relaxed(built: Built, *, solver: str = "auto") -> float:
@@ -1806,14 +1809,8 @@ def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, 
     the halves side by side in threads: ``{depth: True where none exists}``. The union model
     relaxes every depth pair's own (its depth indicators are continuous), so True rules out every
     pair with that weight prefetch depth (tested against the exact optimum)."""
-    cost, args, const = arrays
-    y_w = union_built.depth_indicators[0].idx
     integrality = _integrality(union_built.model)
-    problems = []
-    for dw in halves:
-        bounds = args["bounds"].copy()
-        bounds[y_w] = 0.0 if dw == 1 else 1.0
-        problems.append((cost, {**args, "bounds": bounds}, const))
+    problems = [_half_problem(union_built, arrays, dw) for dw in halves]
 
     def root(problem):
         return _highs_mip_arrays(problem, integrality, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import lazytrain_jax as lt
-from lazytrain_jax.model.units import IGNORE_INDEX
+from lazytrain_jax.model.units import IGNORE_INDEX, shift_labels
 from plans import assert_streamed_equals_resident, leaf_errs, random_plan, tiny_batch
 
 TOL = 1e-5
@@ -54,7 +54,7 @@ def order_floor(batch_size: int):
     for m in (m for m in (2, 4) if batch_size % m == 0):
         b = batch_size // m
         parts = [{k: v[i * b:(i + 1) * b] for k, v in batch.items()} for i in range(m)]
-        counts = [int(np.sum(np.asarray(p["labels"])[:, 1:] != IGNORE_INDEX)) for p in parts]
+        counts = [int(np.sum(np.asarray(shift_labels(p["labels"])) != IGNORE_INDEX)) for p in parts]
         grads = [lt.loss_and_grad(model, p)[1] for p in parts]
         summed = jax.tree.map(lambda *gs: sum(np.float32(c / sum(counts)) * np.asarray(g, np.float32)
                                               for c, g in zip(counts, gs)), *grads)
