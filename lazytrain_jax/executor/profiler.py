@@ -68,6 +68,7 @@ def unit_costs(model_or_config, *, batch_size: int, seq_len: int, num_micro_batc
 # ---- measurement ------------------------------------------------------------------------------
 
 _PROFILE_CACHE: dict = {}
+_COSTS_CACHE: dict = {}
 
 
 def interleaved_seconds(fns: dict, repeats: int) -> dict:
@@ -237,6 +238,31 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int, cold
     return cfg.layer_num_params(kind) / float(np.median(seconds[2:]))
 
 
+def measured_costs(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches: int = 1,
+                   stream_dtype: str = "bfloat16", repeats: int = 3, cached: bool = True) -> Costs:
+    """The Costs of ``profile`` alone (no link, disk or optimizer measurement): per layer kind the
+    forward, the backward from kept residuals and the backward with in-layer recompute, timed on
+    one micro-batch on the default device and multiplied by the micro-batch count, and the head's
+    forward+backward; every byte figure from the real units (``unit_costs``). Cached per (model
+    shape, shapes, dtype, backend, repeats); ``cached=False`` measures again."""
+    cfg = getattr(model_or_config, "config", model_or_config)
+    device = jax.devices()[0]
+    key = (config_fingerprint(cfg), batch_size, seq_len, num_micro_batches, stream_dtype, device.platform, repeats)
+    if key not in _COSTS_CACHE or not cached:
+        dtype = jnp.dtype(stream_dtype)
+        micro, M = batch_size // num_micro_batches, num_micro_batches
+        per_kind = {k: _measure_layer(cfg, k, micro, seq_len, dtype, device, repeats) for k in sorted(set(cfg.layer_kinds))}
+        head = _measure_head(cfg, micro, seq_len, dtype, device, repeats) * M
+        kinds = cfg.layer_kinds
+        times = unit_costs(cfg, batch_size=batch_size, seq_len=seq_len, num_micro_batches=M, stream_dtype=stream_dtype)
+        fwd = [0.0] + [per_kind[k][0] * M for k in kinds] + [head]
+        bwd = [0.0] + [per_kind[k][1] * M for k in kinds] + [0.0]
+        bwd_rc = [0.0] + [per_kind[k][2] * M for k in kinds] + [0.0]
+        _COSTS_CACHE[key] = dataclasses.replace(times, fwd_time=tuple(fwd), bwd_time=tuple(bwd),
+                                                bwd_recompute_time=tuple(bwd_rc), source="measured")
+    return _COSTS_CACHE[key]
+
+
 def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches: int = 1,
             stream_dtype: str = "bfloat16", offload_dir: str | None = None, device_memory: float | None = None,
             repeats: int = 3, link_bytes: int | None = None, disk_bytes: int = 64 << 20, cached: bool = True,
@@ -292,10 +318,8 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
            offload_dir, repeats, link_bytes, disk_bytes)
     if key not in _PROFILE_CACHE or not cached:
         dtype = jnp.dtype(stream_dtype)
-        micro = batch_size // num_micro_batches
-        M = num_micro_batches
-        per_kind = {k: _measure_layer(cfg, k, micro, seq_len, dtype, device, repeats) for k in sorted(set(cfg.layer_kinds))}
-        head = _measure_head(cfg, micro, seq_len, dtype, device, repeats) * M
+        measured = measured_costs(cfg, batch_size, seq_len, num_micro_batches=num_micro_batches,
+                                  stream_dtype=stream_dtype, repeats=repeats, cached=cached)
         from jax.sharding import SingleDeviceSharding
         host = SingleDeviceSharding(jax.devices("cpu")[0], memory_kind="pinned_host") if device.platform == "cpu" \
             else SingleDeviceSharding(jax.devices("cpu")[0])
@@ -305,15 +329,8 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
         h2d, d2h = _measure_link(device, host, link_bytes, repeats)
         nvme_read, nvme_write = _measure_disk(offload_dir, disk_bytes)
         opt_rate = _measure_host_optimizer(cfg, host, stream_dtype, repeats)
-        kinds = cfg.layer_kinds
-        times = unit_costs(cfg, batch_size=batch_size, seq_len=seq_len, num_micro_batches=M, stream_dtype=stream_dtype)
-        fwd = [0.0] + [per_kind[k][0] * M for k in kinds] + [head]
-        bwd = [0.0] + [per_kind[k][1] * M for k in kinds] + [0.0]
-        bwd_rc = [0.0] + [per_kind[k][2] * M for k in kinds] + [0.0]
-        measured = dataclasses.replace(times, fwd_time=tuple(fwd), bwd_time=tuple(bwd),
-                                       bwd_recompute_time=tuple(bwd_rc), source="measured")
-        flops = sum(2.0 * cfg.layer_num_params(k) * batch_size * seq_len for k in kinds)
-        achieved = flops / max(sum(fwd[1:-1]), 1e-12)
+        flops = sum(2.0 * cfg.layer_num_params(k) * batch_size * seq_len for k in cfg.layer_kinds)
+        achieved = flops / max(sum(measured.fwd_time[1:-1]), 1e-12)
         _PROFILE_CACHE[key] = (measured, dict(h2d_bw=h2d, d2h_bw=d2h, nvme_read_bw=nvme_read,
                                               nvme_write_bw=nvme_write, host_opt_rate=opt_rate,
                                               device_flops=achieved))

@@ -20,6 +20,10 @@ from lazytrain_jax.schedule.plan import Plan
 MAX_MICRO_BATCHES = 64
 
 
+class NoPlanFits(ValueError):
+    """No plan fits the device budget (the message names the memory it would need)."""
+
+
 def resolve_config(model):
     """A ModelConfig from a preset name, a ModelConfig or anything with ``.config``."""
     from lazytrain_jax.model.config import resolve_config as resolve
@@ -80,50 +84,57 @@ def _costs_for(config, hardware, batch_size, seq_len, num_micro_batches, grad_dt
 def plan_fixed_batch(config, hardware, batch_size, seq_len, *, num_micro_batches=None, grad_dtype="bfloat16",
                      **solver_kw) -> Plan | None:
     """Best plan over micro-batch counts for one batch size (None if nothing fits)."""
-    t0 = time.perf_counter()
     ms = [num_micro_batches] if num_micro_batches is not None else micro_batch_candidates(batch_size)
-    candidates = []
-    for m in ms:
-        costs = _costs_for(config, hardware, batch_size, seq_len, m, grad_dtype)
+    return best_over_micro_batches(
+        [(m, _costs_for(config, hardware, batch_size, seq_len, m, grad_dtype), hardware) for m in ms], **solver_kw)
+
+
+def best_over_micro_batches(candidates, **solver_kw) -> Plan | None:
+    """The best plan among ``candidates``, each ``(micro-batch count, Costs, Hardware)`` for one
+    batch: those whose constant bytes fit are ordered by their ideal step time and LP bound, solved
+    in that order and pruned once a bound cannot beat the best plan by more than ``rel_gap`` (None
+    if nothing fits). The plan's gap covers every candidate (against the smallest bound)."""
+    t0 = time.perf_counter()
+    ranked = []
+    for m, costs, hardware in candidates:
         if sum(memory.constant_bytes(costs, hardware).values()) > hardware.device_memory:
             continue
-        candidates.append((timing.step_time(costs, hardware, ideal_plan(costs, hardware)), m, costs))
+        ranked.append((timing.step_time(costs, hardware, ideal_plan(costs, hardware)), m, costs, hardware))
     # prune with an upper bound (the best fitting heuristic), then order by the LP bound
-    upper = min((h.predicted_step_time_s for _, _, c in candidates if (h := best_heuristic(c, hardware))),
+    upper = min((h.predicted_step_time_s for _, _, c, hw in ranked if (h := best_heuristic(c, hw))),
                 default=float("inf"))
-    candidates = [c for c in candidates if c[0] < upper * (1 + 1e-9)]
-    if len(candidates) > 1:
+    ranked = [c for c in ranked if c[0] < upper * (1 + 1e-9)]
+    if len(ranked) > 1:
         space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
-        candidates = [(max(ideal, milp.lp_bound(costs, hardware, **space)), m, costs)
-                      for ideal, m, costs in candidates]
-    candidates.sort(key=lambda c: (c[0], c[1]))
+        ranked = [(max(ideal, milp.lp_bound(costs, hw, **space)), m, costs, hw) for ideal, m, costs, hw in ranked]
+    ranked.sort(key=lambda c: (c[0], c[1]))
     rel_gap = solver_kw.get("rel_gap", milp.DEFAULT_REL_GAP)
     best = None
-    for bound, m, costs in candidates:
+    for bound, m, costs, hw in ranked:
         if best is not None and bound >= best.predicted_step_time_s * (1 - rel_gap) - 1e-12:
             break  # no later count can improve by more than the tolerance
         cutoff = best.predicted_step_time_s if best is not None else None
-        solved = plan_for_costs(costs, hardware, cutoff=cutoff, **solver_kw)
+        solved = plan_for_costs(costs, hw, cutoff=cutoff, **solver_kw)
         if solved is not None and (best is None or solved.predicted_step_time_s < best.predicted_step_time_s):
             best = solved
     if best is not None:
         # the gap over all micro-batch counts: against the smallest bound of any candidate
         overall = best.gap or 0.0
-        if len(candidates) > 1:  # their bounds include the LP relaxation
-            lowest = min(c[0] for c in candidates)
+        if len(ranked) > 1:  # their bounds include the LP relaxation
+            lowest = min(c[0] for c in ranked)
             overall = max(overall, (best.predicted_step_time_s - lowest) / best.predicted_step_time_s)
         best = dataclasses.replace(best, gap=max(0.0, overall), solve_time_s=time.perf_counter() - t0)
     return best
 
 
 def fits_by_search(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
-                   max_segment_length=8, max_resident_tail=8) -> bool:
+                   max_segment_length=8, max_resident_tail=8, costs_for=None) -> bool:
     """Cheap feasibility: does the search heuristic find a fitting plan (True proves feasibility;
-    False proves nothing)."""
+    False proves nothing). ``costs_for(batch, micro_batches)``: the Costs (default: analytic)."""
     m = num_micro_batches or max(micro_batch_candidates(batch_size))
     if batch_size % m:
         return False
-    costs = _costs_for(config, hardware, batch_size, seq_len, m, grad_dtype)
+    costs = (costs_for or _analytic(config, hardware, seq_len, grad_dtype))(batch_size, m)
     if sum(memory.constant_bytes(costs, hardware).values()) > hardware.device_memory:
         return False
     found = search.heuristic_plan(costs, hardware, max_segment_length=max_segment_length,
@@ -131,28 +142,35 @@ def fits_by_search(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat1
     return found is not None
 
 
+def _analytic(config, hardware, seq_len, grad_dtype):
+    return lambda batch_size, m: _costs_for(config, hardware, batch_size, seq_len, m, grad_dtype)
+
+
 def min_device_bytes(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
-                     **solver_kw) -> float:
-    """The smallest peak device memory of any plan for this batch (default: the most micro-batches)."""
+                     costs_for=None, **solver_kw) -> float:
+    """The smallest peak device memory of any plan for this batch (default: the most micro-batches).
+    ``costs_for(batch, micro_batches)``: the Costs (default: analytic)."""
     m = num_micro_batches or max(micro_batch_candidates(batch_size))
     if batch_size % m:
         return float("inf")
-    costs = _costs_for(config, hardware, batch_size, seq_len, m, grad_dtype)
+    costs = (costs_for or _analytic(config, hardware, seq_len, grad_dtype))(batch_size, m)
     roomy = hardware.replace(device_memory=1e30)
     solved = milp.solve(costs, roomy, objective="memory", **solver_kw)
     return float("inf") if solved is None else solved.predicted_peak_device_bytes
 
 
 def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
-                   limit: int = 1 << 16, **solver_kw) -> int:
-    """The largest batch for which some plan fits (0 if even batch 1 does not)."""
+                   limit: int = 1 << 16, costs_for=None, **solver_kw) -> int:
+    """The largest batch for which some plan fits (0 if even batch 1 does not). ``costs_for(batch,
+    micro_batches)``: the Costs (default: analytic; only their bytes matter here)."""
     def feasible(b):
         space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
         if fits_by_search(config, hardware, b, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
-                          **space):
+                          costs_for=costs_for, **space):
             return True
         return min_device_bytes(config, hardware, b, seq_len, grad_dtype=grad_dtype,
-                                num_micro_batches=num_micro_batches, **solver_kw) <= hardware.device_memory
+                                num_micro_batches=num_micro_batches, costs_for=costs_for,
+                                **solver_kw) <= hardware.device_memory
     if not feasible(1):
         return 0
     lo, hi = 1, 2
@@ -164,15 +182,26 @@ def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micr
     return lo
 
 
+def candidate_batches(largest: int) -> list[int]:
+    """The batch sizes ``batch_size="best"`` compares: the largest that fits, the powers of two
+    below it and 50 / 75 / 90 % of it."""
+    return sorted({largest, *(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < largest),
+                   *(int(largest * f) for f in (0.5, 0.75, 0.9) if int(largest * f) >= 1)})
+
+
 def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str = 1, seq_len: int = 1024,
          num_micro_batches: int | None = None, grad_dtype: str = "bfloat16", max_segment_length: int = 8,
          max_resident_tail: int = 8, time_limit_s: float = 30.0, rel_gap: float = milp.DEFAULT_REL_GAP,
-         device_memory: float | None = None, stream_dtype: str = "bfloat16", residual_offload: bool = True) -> Plan:
+         device_memory: float | None = None, stream_dtype: str = "bfloat16", residual_offload: bool = True,
+         offload_dir: str | None = None) -> Plan:
     """The step-time-optimal Plan (a python-mip model; CBC or HiGHS branches) for a model on a hardware.
 
     ``hardware="measure"`` profiles the machine this runs on at the step's shapes
     (``lt.profile``: imports jax, compiles and times the units) and plans for its measured Costs
-    and rates under ``device_memory`` (required on the CPU backend) at a fixed integer batch size.
+    and rates under ``device_memory`` (required on the CPU backend): the link, NVMe and optimizer
+    rates once, the layers once per micro-batch count whose constant bytes fit (each count's own
+    MILP, as with a Hardware); ``batch_size="max" | "best"`` finds the batches that fit from the
+    units' real bytes and profiles only the batches it plans for.
 
     Args:
       model: a Model (anything with ``.config``), a ModelConfig, a preset name, or a Costs (then
@@ -190,6 +219,7 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
         branches, up to the limit: CBC on small models, HiGHS from ``milp.HIGHS_MIP_MIN_NONZEROS``).
         The returned gap covers the micro-batch loop too (against the smallest bound of any count).
       residual_offload: whether layers' kept residuals may live on the host (``Plan.offload_residuals``).
+      device_memory, stream_dtype, offload_dir: ``hardware="measure"`` only (``lt.profile``'s).
     Returns:
       The Plan, with predicted step time, peak bytes, solver status, gap and solve time.
     Raises:
@@ -200,14 +230,10 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
       >>> print(p.explain())
     """
     if isinstance(hardware, str) and hardware == "measure":
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ValueError(f"batch_size={batch_size!r}: hardware='measure' plans one measured batch size; "
-                             "give a positive integer")
-        from lazytrain_jax.executor.profiler import profile  # jax, only when measuring
-        costs, measured = profile(model, batch_size, seq_len, num_micro_batches=num_micro_batches or 1,
-                                  stream_dtype=stream_dtype, device_memory=device_memory)
-        return plan(costs, measured, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
-                    time_limit_s=time_limit_s, rel_gap=rel_gap, residual_offload=residual_offload)
+        return plan_measured(model, batch_size=batch_size, seq_len=seq_len, num_micro_batches=num_micro_batches,
+                             device_memory=device_memory, stream_dtype=stream_dtype, offload_dir=offload_dir,
+                             max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                             time_limit_s=time_limit_s, rel_gap=rel_gap, residual_offload=residual_offload)
     hw = as_hardware(hardware)
     _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap)
     if not math.isfinite(hw.device_memory):
@@ -225,10 +251,10 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
             else:
                 solved = milp.solve(model, hw.replace(device_memory=1e30), objective="memory", **solver_kw)
                 need = float("inf") if solved is None else solved.predicted_peak_device_bytes
-            raise ValueError(f"no plan for these Costs ({model.model_name}, batch_size={model.batch_size}, "
+            raise NoPlanFits(f"no plan for these Costs ({model.model_name}, batch_size={model.batch_size}, "
                              f"seq_len={model.seq_len}, num_micro_batches={model.num_micro_batches}) fits {hw.name}: "
-                             f"it needs at least {need / 1e9:.2f} GB of device memory "
-                             f"(device_memory={hw.device_memory / 1e9:.2f} GB)")
+                             f"it needs at least {_size(need)} of device memory "
+                             f"(device_memory={_size(hw.device_memory)})")
         return result
     config = resolve_config(model)
     _check_positive_int("seq_len", seq_len)
@@ -239,14 +265,13 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
                                  **solver_kw)
         if largest == 0:
             need = min_device_bytes(config, hw, 1, seq_len, grad_dtype=grad_dtype, **solver_kw)
-            raise ValueError(f"batch_size={batch_size!r}: not even batch 1 fits {hw.name}: it needs at least "
-                             f"{need / 1e9:.2f} GB of device memory (device_memory={hw.device_memory / 1e9:.2f} GB)")
+            raise NoPlanFits(f"batch_size={batch_size!r}: not even batch 1 fits {hw.name}: it needs at least "
+                             f"{_size(need)} of device memory (device_memory={_size(hw.device_memory)})")
         if batch_size == "max":
             return _plan_or_raise(config, hw, largest, seq_len, num_micro_batches, grad_dtype, solver_kw)
-        batches = sorted({largest, *(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < largest),
-                          *(int(largest * f) for f in (0.5, 0.75, 0.9) if int(largest * f) >= 1)})
-        plans = [plan_fixed_batch(config, hw, b, seq_len, num_micro_batches=None, grad_dtype=grad_dtype, **solver_kw)
-                 for b in batches]
+        plans = [plan_fixed_batch(config, hw, b, seq_len, num_micro_batches=num_micro_batches, grad_dtype=grad_dtype,
+                                  **solver_kw)
+                 for b in candidate_batches(largest) if num_micro_batches is None or b % num_micro_batches == 0]
         return max((p for p in plans if p is not None), key=lambda p: p.tokens_per_s)
     if batch_size is None or isinstance(batch_size, str):
         raise ValueError(f"batch_size={batch_size!r} must be a positive integer, 'max' or 'best'")
@@ -254,6 +279,79 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
     if num_micro_batches is not None and batch_size % num_micro_batches:
         raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
     return _plan_or_raise(config, hw, batch_size, seq_len, num_micro_batches, grad_dtype, solver_kw)
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.2f} MB"
+
+
+def plan_measured(model, *, batch_size: int | str, seq_len: int, num_micro_batches: int | None = None,
+                  device_memory: float | None = None, stream_dtype: str = "bfloat16", offload_dir: str | None = None,
+                  device_margin: float = 0.0, max_segment_length: int = 8, max_resident_tail: int = 8,
+                  time_limit_s: float = 30.0, rel_gap: float = milp.DEFAULT_REL_GAP,
+                  residual_offload: bool = True) -> Plan:
+    """``plan(model, hardware="measure", ...)`` (see :func:`plan`), with the profiled Hardware's
+    ``device_margin`` set (bytes of ``device_memory`` the plan leaves free; the profiler's is 0)."""
+    from lazytrain_jax.executor import profiler  # jax, only when measuring
+    _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap)
+    if not isinstance(residual_offload, bool):
+        raise ValueError(f"residual_offload={residual_offload!r} must be True or False")
+    solver_kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                     time_limit_s=float(time_limit_s), rel_gap=float(rel_gap), residual_offload=residual_offload)
+    config = resolve_config(model)
+    _check_positive_int("seq_len", seq_len)
+    if num_micro_batches is not None:
+        _check_positive_int("num_micro_batches", num_micro_batches)
+    if batch_size not in ("max", "best"):
+        if batch_size is None or isinstance(batch_size, str):
+            raise ValueError(f"batch_size={batch_size!r} must be a positive integer, 'max' or 'best'")
+        _check_positive_int("batch_size", batch_size)
+        if num_micro_batches is not None and batch_size % num_micro_batches:
+            raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
+    # the rates (link, NVMe, host optimizer) do not depend on the batch: measured once, at batch 1
+    # when the batch is still to be found
+    first = batch_size if isinstance(batch_size, int) else 1
+    _, hw = profiler.profile(config, first, seq_len, num_micro_batches=num_micro_batches or 1,
+                             stream_dtype=stream_dtype, device_memory=device_memory, offload_dir=offload_dir)
+    hw = hw.replace(device_margin=float(device_margin))
+
+    def byte_costs(b, m):  # the units' real bytes; times analytic (unused where only bytes count)
+        return profiler.unit_costs(config, batch_size=b, seq_len=seq_len, num_micro_batches=m,
+                                   stream_dtype=stream_dtype)
+
+    def best_for(b):
+        ms = [num_micro_batches] if num_micro_batches is not None else micro_batch_candidates(b)
+        fitting = [m for m in ms if b % m == 0
+                   and sum(memory.constant_bytes(byte_costs(b, m), hw).values()) <= hw.device_memory]
+        return best_over_micro_batches(
+            [(m, profiler.measured_costs(config, b, seq_len, num_micro_batches=m, stream_dtype=stream_dtype), hw)
+             for m in fitting], **solver_kw)
+
+    if isinstance(batch_size, int):
+        result = best_for(batch_size)
+        if result is not None:
+            return result
+        need = min_device_bytes(config, hw, batch_size, seq_len, num_micro_batches=num_micro_batches,
+                                costs_for=byte_costs, **solver_kw)
+        largest = max_batch_size(config, hw, seq_len, num_micro_batches=num_micro_batches, costs_for=byte_costs,
+                                 **solver_kw)
+        raise NoPlanFits(f"no plan fits batch_size={batch_size}, seq_len={seq_len}"
+                         f"{'' if num_micro_batches is None else f', num_micro_batches={num_micro_batches}'} in "
+                         f"device_memory={_size(hw.device_memory)} (measured): it needs at least {_size(need)}; "
+                         f"the largest batch that fits is {largest}")
+    largest = max_batch_size(config, hw, seq_len, num_micro_batches=num_micro_batches, costs_for=byte_costs,
+                             **solver_kw)
+    if largest == 0:
+        need = min_device_bytes(config, hw, 1, seq_len, costs_for=byte_costs, **solver_kw)
+        raise NoPlanFits(f"batch_size={batch_size!r}: not even batch 1 fits device_memory={_size(hw.device_memory)} "
+                         f"(measured): it needs at least {_size(need)}")
+    batches = [largest] if batch_size == "max" else candidate_batches(largest)
+    if num_micro_batches is not None:
+        batches = [b for b in batches if b % num_micro_batches == 0]
+    plans = [p for p in (best_for(b) for b in batches) if p is not None]
+    if not plans:  # the bytes said the largest fits: a plan must exist there
+        raise RuntimeError(f"no plan found for batch_size={largest} although its bytes fit (measured)")
+    return max(plans, key=lambda p: p.tokens_per_s)
 
 
 def _plan_or_raise(config, hw, batch_size, seq_len, num_micro_batches, grad_dtype, solver_kw) -> Plan:
@@ -265,7 +363,7 @@ def _plan_or_raise(config, hw, batch_size, seq_len, num_micro_batches, grad_dtyp
                             num_micro_batches=num_micro_batches, **solver_kw)
     largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
                              **solver_kw)
-    raise ValueError(f"no plan fits batch_size={batch_size}, seq_len={seq_len} on {hw.name}: it needs at least "
-                     f"{need / 1e9:.2f} GB of device memory (device_memory={hw.device_memory / 1e9:.2f} GB, "
-                     f"host_memory={hw.host_memory / 1e9:.2f} GB, nvme_memory={hw.nvme_memory / 1e9:.2f} GB); "
+    raise NoPlanFits(f"no plan fits batch_size={batch_size}, seq_len={seq_len} on {hw.name}: it needs at least "
+                     f"{_size(need)} of device memory (device_memory={_size(hw.device_memory)}, "
+                     f"host_memory={_size(hw.host_memory)}, nvme_memory={_size(hw.nvme_memory)}); "
                      f"the largest batch that fits is {largest}")

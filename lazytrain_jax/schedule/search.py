@@ -500,6 +500,8 @@ def _counted_paths(fm):
     import numpy as np
 
     L, S, A = fm.L, fm.S, fm.A
+    if L < 2:
+        return []  # no interior boundary to place
     keep = [False] * L
     st0 = fm.state(["device"] * (L + 1), keep, 0)
     if fm.peak_of(st0) <= fm.hw.device_memory:

@@ -85,7 +85,7 @@ def run_config(cfg: TrainConfig, *, print_fn=print):
         from lazytrain_jax.train.autoplan import auto_plan
         plan = auto_plan(model, batch_size=p.batch_size, seq_len=d.seq_len, device_memory=p.device_memory,
                          hardware=p.hardware, stream_dtype=p.stream_dtype, offload_dir=p.offload_dir,
-                         num_micro_batches=p.num_micro_batches or 1)
+                         num_micro_batches=p.num_micro_batches)
     elif not os.path.isfile(plan):
         raise ValueError(f"plan.plan={plan!r} is neither 'auto' nor a plan JSON file")
     if print_fn and not isinstance(plan, str):

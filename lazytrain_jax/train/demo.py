@@ -76,7 +76,8 @@ def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed:
         budget = demo_budget(model, batch_size, seq_len, fraction=fraction)
         try:
             plan = auto_plan(model, batch_size=batch_size, seq_len=seq_len, device_memory=budget,
-                             hardware="measured", offload_dir=os.path.join(out_dir, "offload"), device_margin=0.0)
+                             hardware="measured", offload_dir=os.path.join(out_dir, "offload"), device_margin=0.0,
+                             num_micro_batches=1)
             break
         except AssertionError as e:  # an internal check of the MILP failed at this budget: say so, try another
             say(f"planner internal check failed at {budget / 2**20:.2f} MiB ({e}); trying a larger budget")

@@ -52,8 +52,61 @@ def test_profile_bad_input():
         lt.profile(model, 4, 16)
     with pytest.raises(ValueError, match="num_micro_batches=3"):
         lt.profile(model, 4, 16, num_micro_batches=3, device_memory=1e9)
-    with pytest.raises(ValueError, match="hardware='measure'"):
-        lt.plan(model, hardware="measure", batch_size="max", seq_len=16, device_memory=1e9)
+    with pytest.raises(ValueError, match="batch_size='many'"):
+        lt.plan(model, hardware="measure", batch_size="many", seq_len=16, device_memory=1e9)
+    with pytest.raises(ValueError, match="num_micro_batches=3 must divide batch_size=4"):
+        lt.plan(model, hardware="measure", batch_size=4, num_micro_batches=3, seq_len=16, device_memory=1e9)
+    with pytest.raises(ValueError, match="rel_gap=2"):
+        lt.plan(model, hardware="measure", batch_size=4, seq_len=16, device_memory=1e9, rel_gap=2)
+
+
+def _measured_needs(model, batch, seq, counts):
+    """The least peak device bytes of any plan at each micro-batch count (the units' real bytes,
+    the memory objective of the MILP), under the rates ``plan(hardware="measure")`` measures."""
+    from lazytrain_jax.executor import profiler
+    from lazytrain_jax.schedule import api
+    _, hw = lt.profile(model, 1, seq, stream_dtype="float32", device_memory=1e12)
+
+    def byte_costs(b, m):
+        return profiler.unit_costs(model.config, batch_size=b, seq_len=seq, num_micro_batches=m, stream_dtype="float32")
+    return {m: api.min_device_bytes(model.config, hw, batch, seq, num_micro_batches=m, costs_for=byte_costs)
+            for m in counts}
+
+
+def test_measured_plan_splits_the_batch_into_micro_batches_where_one_does_not_fit():
+    """A budget below what any plan needs with one micro-batch and above what two need: the
+    measured plan takes micro-batches (each count profiled at its own shapes) and the engine runs
+    it within the plan's peak; fixing one micro-batch is a clear error naming the largest batch."""
+    model = tiny_model("qwen3")
+    need = _measured_needs(model, 4, 16, (1, 2))
+    assert need[2] < need[1]
+    budget = 0.5 * (need[1] + need[2])
+    kw = dict(seq_len=16, device_memory=budget, stream_dtype="float32")
+    plan = lt.plan(model, "measure", batch_size=4, **kw)
+    assert plan.num_micro_batches >= 2 and plan.fits() and plan.predicted_peak_device_bytes <= budget
+    assert plan.costs.source == "measured" and plan.costs.num_micro_batches == plan.num_micro_batches
+    with lt.StreamingEngine(model, plan, stream_dtype="float32", audit_memory=True) as eng:
+        metrics = eng.step(tiny_batch(model, 0, batch=4))
+    assert np.isfinite(metrics["loss"]) and metrics["peak_device_bytes"] <= plan.predicted_peak_device_bytes
+    with pytest.raises(ValueError, match=r"no plan fits batch_size=4, seq_len=16, num_micro_batches=1 .*largest batch "
+                                         r"that fits is [1-3]$"):
+        lt.plan(model, "measure", batch_size=4, num_micro_batches=1, **kw)
+
+
+def test_measured_max_batch_is_the_largest_that_fits():
+    """``batch_size="max"`` with measured costs: the plan's batch fits and the next one does not
+    (planned at a fixed batch, every micro-batch count profiled); ``"best"`` is at least as fast
+    in tokens/s as the largest batch."""
+    model = tiny_model("qwen3")
+    budget = 0.5 * sum(_measured_needs(model, 4, 16, (1, 2)).values())
+    kw = dict(seq_len=16, device_memory=budget, stream_dtype="float32")
+    largest = lt.plan(model, "measure", batch_size="max", **kw)
+    assert largest.fits() and largest.predicted_peak_device_bytes <= budget and largest.costs.source == "measured"
+    with pytest.raises(ValueError, match=f"no plan fits batch_size={largest.batch_size + 1}"):
+        lt.plan(model, "measure", batch_size=largest.batch_size + 1, **kw)
+    best = lt.plan(model, "measure", batch_size="best", **kw)
+    assert best.fits() and best.batch_size <= largest.batch_size
+    assert best.tokens_per_s >= largest.tokens_per_s * (1 - 1e-9)
 
 
 def test_optimizer_measurement_evicts_the_caches_only_where_a_step_would(monkeypatch):

@@ -257,3 +257,21 @@ def test_repredict_keeps_every_decision():
     assert p.repredict().replace(gap=p.gap, solve_time_s=p.solve_time_s) == p  # the solve's own, not carried
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['tiers'\]"):
         p.repredict(tiers=p.boundary_tiers)
+
+
+def test_one_layer_model_plans_under_a_tight_budget():
+    """A model with one layer has no interior boundary: under a budget just above the least peak
+    any plan needs (all-device does not fit), the planner still returns a fitting plan, and below
+    that peak it says how much memory would fit (its Costs planned as ``plan="auto"`` does)."""
+    from lazytrain_jax.schedule.api import NoPlanFits, min_device_bytes
+    cfg = get_preset("qwen3-debug").replace(num_layers=1, layer_kinds=("decoder",))
+    hw = Hardware.preset("rtx3090", device_margin=0.0)
+    costs = analytic_costs(cfg, batch_size=4, seq_len=64, device_flops=hw.device_flops)
+    least = min_device_bytes(cfg, hw, 4, 64, num_micro_batches=1)
+    all_device = plan(costs, hw.replace(device_memory=1e12))
+    assert least < all_device.predicted_peak_device_bytes  # the budget below forces a trade-off
+    p = plan(costs, hw.replace(device_memory=1.001 * least))
+    assert p.fits() and p.predicted_peak_device_bytes <= 1.001 * least
+    for budget in (0.99 * least, 1e5):
+        with pytest.raises(NoPlanFits, match=r"needs at least \d+\.\d\d MB of device memory"):
+            plan(costs, hw.replace(device_memory=budget))
