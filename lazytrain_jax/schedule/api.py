@@ -219,7 +219,8 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
         branches, up to the limit: CBC on small models, HiGHS from ``milp.HIGHS_MIP_MIN_NONZEROS``).
         The returned gap covers the micro-batch loop too (against the smallest bound of any count).
       residual_offload: whether layers' kept residuals may live on the host (``Plan.offload_residuals``).
-      device_memory, stream_dtype, offload_dir: ``hardware="measure"`` only (``lt.profile``'s).
+      device_memory, stream_dtype, offload_dir: ``hardware="measure"`` only (``lt.profile``'s; given with a
+        Hardware or preset, an error: it carries its own budgets).
     Returns:
       The Plan, with predicted step time, peak bytes, solver status, gap and solve time.
     Raises:
@@ -234,6 +235,12 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
                              device_memory=device_memory, stream_dtype=stream_dtype, offload_dir=offload_dir,
                              max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
                              time_limit_s=time_limit_s, rel_gap=rel_gap, residual_offload=residual_offload)
+    for name, value, unset in (("device_memory", device_memory, None), ("stream_dtype", stream_dtype, "bfloat16"),
+                               ("offload_dir", offload_dir, None)):
+        if value != unset:
+            raise ValueError(f"{name}={value!r} applies only with hardware='measure' (a Hardware carries its own "
+                             f"budgets, e.g. Hardware.preset('rtx3090', device_memory=20e9); analytic Costs stream "
+                             f"in bfloat16)")
     hw = as_hardware(hardware)
     _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap)
     if not math.isfinite(hw.device_memory):

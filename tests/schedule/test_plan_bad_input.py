@@ -109,6 +109,10 @@ def test_randomized_tight_budgets_match_enumeration_many():
     (dict(max_resident_tail=2.0), r"max_resident_tail=2.0 must be"),
     (dict(max_segment_length=0), r"max_segment_length=0 must be a positive integer"),
     (dict(hardware=Hardware.preset("rtx3090", device_memory=float("inf"))), r"device_memory=inf must be finite"),
+    # the profiler's arguments, ignored by a Hardware: an error, not a plan for the preset's budget
+    (dict(device_memory=20e9), r"device_memory=20000000000\.0 applies only with hardware='measure'"),
+    (dict(stream_dtype="float32"), r"stream_dtype='float32' applies only with hardware='measure'"),
+    (dict(offload_dir="/tmp"), r"offload_dir='/tmp' applies only with hardware='measure'"),
 ])
 @pytest.mark.parametrize("model", ["qwen3-debug", "costs"])
 def test_plan_validates_solver_arguments(kw, match, model, capfd):
