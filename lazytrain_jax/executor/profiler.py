@@ -67,7 +67,7 @@ def unit_costs(model_or_config, *, batch_size: int, seq_len: int, num_micro_batc
 
 # ---- measurement ------------------------------------------------------------------------------
 
-_PROFILE_CACHE: dict = {}
+_RATES_CACHE: dict = {}
 _COSTS_CACHE: dict = {}
 
 
@@ -272,8 +272,10 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
     Per layer kind: forward, backward from kept residuals and backward with in-layer recompute (one
     micro-batch, times all micro-batches); the head's forward+backward; H2D/D2H bandwidth between
     the host store's memory kind and the device; NVMe read/write bandwidth in ``offload_dir``; the
-    host optimizer's parameters per second. Cached per (model shape, shapes, dtype, backend,
-    offload_dir, repeats, probe sizes). On the CPU backend the Hardware says ``host_shares_device``: the host optimizer, the copies and the
+    host optimizer's parameters per second. The layer times are cached per (model shape, shapes,
+    dtype, backend, repeats), the rates, which do not depend on the batch, per (model shape, dtype,
+    backend, offload_dir, repeats, probe sizes): every shape profiled in a process plans with the
+    same rates. On the CPU backend the Hardware says ``host_shares_device``: the host optimizer, the copies and the
     "device" compute run on the same cores, so the step model adds their times instead of
     overlapping them.
 
@@ -305,21 +307,24 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
             raise ValueError(f"{name}={value!r} must be a positive integer")
     if batch_size % num_micro_batches:
         raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
+    room = memory_room(cfg, device_memory=device_memory, host_memory=host_memory, nvme_memory=nvme_memory,
+                       offload_dir=offload_dir)
+    costs = measured_costs(cfg, batch_size, seq_len, num_micro_batches=num_micro_batches, stream_dtype=stream_dtype,
+                           repeats=repeats, cached=cached)
+    rates = _measured_rates(cfg, stream_dtype, offload_dir, repeats, link_bytes, disk_bytes, cached)
+    flops = sum(2.0 * cfg.layer_num_params(k) * batch_size * seq_len for k in cfg.layer_kinds)
+    achieved = flops / max(sum(costs.fwd_time[1:-1]), 1e-12)
+    return costs, Hardware(name="measured", device_margin=0.0, device_flops=achieved, **room, **rates)
+
+
+def _measured_rates(cfg, stream_dtype, offload_dir, repeats, link_bytes, disk_bytes, cached) -> dict:
+    """H2D/D2H, NVMe read/write and host optimizer rates: they depend on the model's layers and the
+    stream dtype, not on the batch, so one measurement serves every shape (cached per key)."""
     device = jax.devices()[0]
-    if device_memory is None:
-        stats = device.memory_stats() or {}
-        device_memory = stats.get("bytes_limit")
-        if device_memory is None or device.platform == "cpu":
-            raise ValueError("device_memory is required on the CPU backend (device and host share one memory): "
-                             "pass the device budget in bytes, e.g. device_memory=2e9")
-    if not device_memory > 0:
-        raise ValueError(f"device_memory={device_memory!r} must be > 0 bytes")
-    key = (config_fingerprint(cfg), batch_size, seq_len, num_micro_batches, stream_dtype, device.platform,
-           offload_dir, repeats, link_bytes, disk_bytes)
-    if key not in _PROFILE_CACHE or not cached:
+    key = (config_fingerprint(cfg), stream_dtype, device.platform, offload_dir, repeats,
+           None if link_bytes is None else int(link_bytes), disk_bytes)
+    if key not in _RATES_CACHE or not cached:
         dtype = jnp.dtype(stream_dtype)
-        measured = measured_costs(cfg, batch_size, seq_len, num_micro_batches=num_micro_batches,
-                                  stream_dtype=stream_dtype, repeats=repeats, cached=cached)
         from jax.sharding import SingleDeviceSharding
         host = SingleDeviceSharding(jax.devices("cpu")[0], memory_kind="pinned_host") if device.platform == "cpu" \
             else SingleDeviceSharding(jax.devices("cpu")[0])
@@ -329,12 +334,27 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
         h2d, d2h = _measure_link(device, host, link_bytes, repeats)
         nvme_read, nvme_write = _measure_disk(offload_dir, disk_bytes)
         opt_rate = _measure_host_optimizer(cfg, host, stream_dtype, repeats)
-        flops = sum(2.0 * cfg.layer_num_params(k) * batch_size * seq_len for k in cfg.layer_kinds)
-        achieved = flops / max(sum(measured.fwd_time[1:-1]), 1e-12)
-        _PROFILE_CACHE[key] = (measured, dict(h2d_bw=h2d, d2h_bw=d2h, nvme_read_bw=nvme_read,
-                                              nvme_write_bw=nvme_write, host_opt_rate=opt_rate,
-                                              device_flops=achieved))
-    costs, rates = _PROFILE_CACHE[key]
+        _RATES_CACHE[key] = dict(h2d_bw=h2d, d2h_bw=d2h, nvme_read_bw=nvme_read, nvme_write_bw=nvme_write,
+                                 host_opt_rate=opt_rate)
+    return _RATES_CACHE[key]
+
+
+def memory_room(model_or_config, *, device_memory: float | None = None, host_memory: float | None = None,
+                nvme_memory: float | None = None, offload_dir: str | None = None) -> dict:
+    """The memory fields of ``profile``'s Hardware (nothing measured): ``device_memory`` (default:
+    the accelerator's limit; required on the CPU backend), ``host_memory`` (default:
+    ``schedule.host.activation_budget``), ``nvme_memory`` (default: 90 % of the free space in
+    ``offload_dir`` or the temporary directory) and ``host_shares_device`` (the CPU backend)."""
+    cfg = getattr(model_or_config, "config", model_or_config)
+    device = jax.devices()[0]
+    if device_memory is None:
+        stats = device.memory_stats() or {}
+        device_memory = stats.get("bytes_limit")
+        if device_memory is None or device.platform == "cpu":
+            raise ValueError("device_memory is required on the CPU backend (device and host share one memory): "
+                             "pass the device budget in bytes, e.g. device_memory=2e9")
+    if not device_memory > 0:
+        raise ValueError(f"device_memory={device_memory!r} must be > 0 bytes")
     if host_memory is None:
         from lazytrain_jax.schedule.host import activation_budget
         host_memory = activation_budget(cfg)
@@ -342,7 +362,5 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
         import shutil
         import tempfile
         nvme_memory = 0.9 * shutil.disk_usage(offload_dir or tempfile.gettempdir()).free
-    hw = Hardware(name="measured", device_memory=float(device_memory), nvme_memory=float(nvme_memory),
-                  host_memory=float(host_memory),
-                  device_margin=0.0, host_shares_device=device.platform == "cpu", **rates)
-    return costs, hw
+    return dict(device_memory=float(device_memory), host_memory=float(host_memory), nvme_memory=float(nvme_memory),
+                host_shares_device=device.platform == "cpu")

@@ -18,6 +18,8 @@ from lazytrain_jax.schedule.hardware import Hardware, as_hardware, check_positiv
 from lazytrain_jax.schedule.plan import Plan
 
 MAX_MICRO_BATCHES = 64
+# plan(hardware="measure"): micro-batch counts profiled beyond the fewest at which a plan fits
+MEASURED_EXTRA_COUNTS = 2
 
 
 class NoPlanFits(ValueError):
@@ -199,9 +201,11 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
     ``hardware="measure"`` profiles the machine this runs on at the step's shapes
     (``lt.profile``: imports jax, compiles and times the units) and plans for its measured Costs
     and rates under ``device_memory`` (required on the CPU backend): the link, NVMe and optimizer
-    rates once, the layers once per micro-batch count whose constant bytes fit (each count's own
-    MILP, as with a Hardware); ``batch_size="max" | "best"`` finds the batches that fit from the
-    units' real bytes and profiles only the batches it plans for.
+    rates once, the layers at the fewest micro-batches at which some plan fits (the units' real
+    bytes) and at the next ``MEASURED_EXTRA_COUNTS`` divisors of the batch (each profile compiles
+    the layer kinds at its shapes; each count its own MILP, as with a Hardware); ``batch_size=
+    "max" | "best"`` finds the batches that fit from the units' real bytes and profiles only the
+    batches it plans for.
 
     Args:
       model: a Model (anything with ``.config``), a ModelConfig, a preset name, or a Costs (then
@@ -315,24 +319,39 @@ def plan_measured(model, *, batch_size: int | str, seq_len: int, num_micro_batch
         _check_positive_int("batch_size", batch_size)
         if num_micro_batches is not None and batch_size % num_micro_batches:
             raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
-    # the rates (link, NVMe, host optimizer) do not depend on the batch: measured once, at batch 1
-    # when the batch is still to be found
-    first = batch_size if isinstance(batch_size, int) else 1
-    _, hw = profiler.profile(config, first, seq_len, num_micro_batches=num_micro_batches or 1,
-                             stream_dtype=stream_dtype, device_memory=device_memory, offload_dir=offload_dir)
-    hw = hw.replace(device_margin=float(device_margin))
+    # which batches and micro-batch counts fit depends on bytes alone (the units' real ones) and the
+    # memory room: found before anything is timed, under stand-in rates
+    room = profiler.memory_room(config, device_memory=device_memory, offload_dir=offload_dir)
+    hw = Hardware(name="measured", h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0, device_margin=float(device_margin),
+                  **room)
 
     def byte_costs(b, m):  # the units' real bytes; times analytic (unused where only bytes count)
         return profiler.unit_costs(config, batch_size=b, seq_len=seq_len, num_micro_batches=m,
                                    stream_dtype=stream_dtype)
 
+    def timed(b, m):  # (Costs, Hardware) measured at b sequences in m micro-batches (rates: once)
+        costs, measured = profiler.profile(config, b, seq_len, num_micro_batches=m, stream_dtype=stream_dtype,
+                                           offload_dir=offload_dir, device_memory=room["device_memory"],
+                                           host_memory=room["host_memory"], nvme_memory=room["nvme_memory"])
+        return costs, measured.replace(device_margin=float(device_margin))
+
+    space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail")}
+
+    def fits(b, m):  # some plan fits at b sequences in m micro-batches (the units' real bytes)
+        return (fits_by_search(config, hw, b, seq_len, num_micro_batches=m, costs_for=byte_costs, **space)
+                or min_device_bytes(config, hw, b, seq_len, num_micro_batches=m, costs_for=byte_costs,
+                                    **solver_kw) <= hw.device_memory)
+
     def best_for(b):
         ms = [num_micro_batches] if num_micro_batches is not None else micro_batch_candidates(b)
         fitting = [m for m in ms if b % m == 0
                    and sum(memory.constant_bytes(byte_costs(b, m), hw).values()) <= hw.device_memory]
-        return best_over_micro_batches(
-            [(m, profiler.measured_costs(config, b, seq_len, num_micro_batches=m, stream_dtype=stream_dtype), hw)
-             for m in fitting], **solver_kw)
+        if num_micro_batches is None:
+            # each count is profiled at its own shapes (a compilation per layer kind): the fewest
+            # micro-batches at which some plan fits and the next MEASURED_EXTRA_COUNTS counts
+            first = next((i for i, m in enumerate(fitting) if fits(b, m)), len(fitting))
+            fitting = fitting[first:first + 1 + MEASURED_EXTRA_COUNTS]
+        return best_over_micro_batches([(m, *timed(b, m)) for m in fitting], **solver_kw)
 
     if isinstance(batch_size, int):
         result = best_for(batch_size)

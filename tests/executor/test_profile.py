@@ -22,6 +22,11 @@ def test_profile_measures_and_plans_for_this_machine():
     again = lt.profile(model, 4, 16, num_micro_batches=2, stream_dtype="float32", device_memory=5e6,
                        repeats=1, link_bytes=1 << 20, disk_bytes=1 << 20)
     assert again[0] is costs                                    # cached per (model, shapes, backend)
+    other_costs, other = lt.profile(model, 2, 16, stream_dtype="float32", device_memory=5e6, repeats=1,
+                                    link_bytes=1 << 20, disk_bytes=1 << 20)
+    assert other_costs.batch_size == 2 and other_costs.fwd_time != costs.fwd_time
+    for name in ("h2d_bw", "d2h_bw", "nvme_read_bw", "nvme_write_bw", "host_opt_rate"):  # not per shape
+        assert getattr(other, name) == getattr(hw, name), name
     plan = lt.plan(costs, hw)
     assert plan.fits() and plan.predicted_peak_device_bytes <= 5e6
     batch = tiny_batch(model, 0, batch=4)
@@ -73,16 +78,22 @@ def _measured_needs(model, batch, seq, counts):
             for m in counts}
 
 
-def test_measured_plan_splits_the_batch_into_micro_batches_where_one_does_not_fit():
+def test_measured_plan_splits_the_batch_into_micro_batches_where_one_does_not_fit(monkeypatch):
     """A budget below what any plan needs with one micro-batch and above what two need: the
-    measured plan takes micro-batches (each count profiled at its own shapes) and the engine runs
-    it within the plan's peak; fixing one micro-batch is a clear error naming the largest batch."""
+    measured plan takes micro-batches (each count profiled at its own shapes, never a count at
+    which nothing fits) and the engine runs it within the plan's peak; fixing one micro-batch is a
+    clear error naming the largest batch."""
+    from lazytrain_jax.executor import profiler
     model = tiny_model("qwen3")
     need = _measured_needs(model, 4, 16, (1, 2))
     assert need[2] < need[1]
     budget = 0.5 * (need[1] + need[2])
     kw = dict(seq_len=16, device_memory=budget, stream_dtype="float32")
+    profiled, measure = [], profiler.measured_costs  # profile() calls it for each shape it times
+    monkeypatch.setattr(profiler, "measured_costs", lambda *a, **k: profiled.append(
+        (a[1], k["num_micro_batches"])) or measure(*a, **k))
     plan = lt.plan(model, "measure", batch_size=4, **kw)
+    assert set(profiled) == {(4, 2), (4, 4)}  # 1 cannot fit: not profiled
     assert plan.num_micro_batches >= 2 and plan.fits() and plan.predicted_peak_device_bytes <= budget
     assert plan.costs.source == "measured" and plan.costs.num_micro_batches == plan.num_micro_batches
     with lt.StreamingEngine(model, plan, stream_dtype="float32", audit_memory=True) as eng:
