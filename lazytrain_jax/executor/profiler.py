@@ -344,7 +344,7 @@ def memory_room(model_or_config, *, device_memory: float | None = None, host_mem
     """The memory fields of ``profile``'s Hardware (nothing measured): ``device_memory`` (default:
     the accelerator's limit; required on the CPU backend), ``host_memory`` (default:
     ``schedule.host.activation_budget``), ``nvme_memory`` (default: 90 % of the free space in
-    ``offload_dir`` or the temporary directory) and ``host_shares_device`` (the CPU backend)."""
+    ``offload_dir``, or its nearest existing parent, or the temporary directory) and ``host_shares_device`` (the CPU backend)."""
     cfg = getattr(model_or_config, "config", model_or_config)
     device = jax.devices()[0]
     if device_memory is None:
@@ -359,8 +359,12 @@ def memory_room(model_or_config, *, device_memory: float | None = None, host_mem
         from lazytrain_jax.schedule.host import activation_budget
         host_memory = activation_budget(cfg)
     if nvme_memory is None:
+        import os
         import shutil
         import tempfile
-        nvme_memory = 0.9 * shutil.disk_usage(offload_dir or tempfile.gettempdir()).free
+        path = os.path.abspath(offload_dir or tempfile.gettempdir())
+        while not os.path.exists(path):  # the directory is made when first written: its disk's room
+            path = os.path.dirname(path)
+        nvme_memory = 0.9 * shutil.disk_usage(path).free
     return dict(device_memory=float(device_memory), host_memory=float(host_memory), nvme_memory=float(nvme_memory),
                 host_shares_device=device.platform == "cpu")

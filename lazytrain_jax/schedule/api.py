@@ -49,11 +49,15 @@ def _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_
 
 
 def ideal_plan(costs: Costs, hardware: Hardware) -> Plan:
-    """Every boundary on device, every residual kept, every layer resident (ignores memory): no
-    plan on these Costs has a shorter step, so its time is a lower bound for pruning."""
+    """Every boundary on device, every layer resident and each layer's residuals kept where its
+    backward from them is the faster one (ignores memory): no plan on these Costs has a shorter
+    step, so its time is a lower bound for pruning. (Measured times can have a layer's backward
+    with in-layer recompute below the one from kept residuals; keeping them there would make
+    this "ideal" slower than plans that do not, and prune every candidate.)"""
     num_layers = costs.num_layers
+    keep = [costs.bwd_time[l + 1] < costs.bwd_recompute_time[l + 1] for l in range(num_layers)]
     return Plan.create(costs, hardware, name="ideal", boundary_tiers=["device"] * (num_layers + 1),
-                       keep_residuals=[True] * num_layers, resident_tail=num_layers)
+                       keep_residuals=keep, resident_tail=num_layers)
 
 
 def best_heuristic(costs: Costs, hardware: Hardware) -> Plan | None:
@@ -64,13 +68,30 @@ def best_heuristic(costs: Costs, hardware: Hardware) -> Plan | None:
 def plan_for_costs(costs: Costs, hardware: Hardware, cutoff: float | None = None, **solver_kw) -> Plan | None:
     """The MILP plan for fixed Costs, warm-started from the best fitting heuristic (None if none fits,
     or none beats ``cutoff``)."""
-    warm = best_heuristic(costs, hardware)
+    warm = best_heuristic(costs, hardware) or fitting_start(costs, hardware, **solver_kw)
     if warm is not None and cutoff is not None and warm.predicted_step_time_s >= cutoff:
         warm = None
     solved = milp.solve(costs, hardware, warm_start=warm, cutoff=cutoff, **solver_kw)
     if warm is not None and (solved is None or warm.predicted_step_time_s < solved.predicted_step_time_s - 1e-9):
         return warm  # a heuristic outside the MILP's space (e.g. longer segments) can win a time-out
     return solved
+
+
+def fitting_start(costs: Costs, hardware: Hardware, **solver_kw) -> Plan | None:
+    """A plan that fits wherever one exists, for the MILP to start from where no heuristic fits
+    (budgets near the least peak, where its branch and bound may end its node budget with no plan):
+    the memory-first search's plan, else the least-peak plan (the MILP with the memory objective,
+    which needs no feasible start), carried to ``hardware``. None when nothing fits."""
+    space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail", "residual_offload")
+             if k in solver_kw}
+    found = search.heuristic_plan(costs, hardware, max_evaluations=0, memory_first=True, **space)
+    if found is not None and found.fits():
+        return found
+    least = milp.solve(costs, hardware.replace(device_memory=1e30), objective="memory", **solver_kw)
+    if least is None or least.predicted_peak_device_bytes > hardware.device_memory:
+        return None
+    least = least.repredict(costs, hardware, name="least-peak")
+    return least if least.fits() else None
 
 
 def micro_batch_candidates(batch_size: int) -> list[int]:

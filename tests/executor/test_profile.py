@@ -49,6 +49,12 @@ def test_profile_host_and_nvme_room_are_this_machines(tmp_path):
     assert 0 < hw.nvme_memory <= 0.9 * shutil.disk_usage(tmp_path).free * 1.05
     _, given = lt.profile(model, 4, 16, host_memory=3e9, nvme_memory=0.0, **kw)
     assert given.host_memory == 3e9 and given.nvme_memory == 0.0
+    # an offload directory not made yet (the engine and the profiler make it): its disk's room
+    fresh = tmp_path / "not" / "yet"
+    _, later = lt.profile(model, 4, 16, **{**kw, "offload_dir": str(fresh)})
+    assert 0 < later.nvme_memory <= 0.9 * shutil.disk_usage(tmp_path).free * 1.05
+    plan = lt.plan(model, "measure", batch_size=4, seq_len=16, device_memory=5e6, offload_dir=str(tmp_path / "p"))
+    assert plan.fits()
 
 
 def test_profile_bad_input():

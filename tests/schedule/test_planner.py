@@ -6,7 +6,7 @@ import pytest
 
 import lazytrain_jax.schedule as sch
 from lazytrain_jax.model.config import get_preset
-from lazytrain_jax.schedule import heuristics
+from lazytrain_jax.schedule import heuristics, timing
 from lazytrain_jax.schedule.api import plan
 from lazytrain_jax.schedule.bounds import lower_bound
 from lazytrain_jax.schedule.costs import analytic_costs
@@ -275,3 +275,56 @@ def test_one_layer_model_plans_under_a_tight_budget():
     for budget in (0.99 * least, 1e5):
         with pytest.raises(NoPlanFits, match=r"needs at least \d+\.\d\d MB of device memory"):
             plan(costs, hw.replace(device_memory=budget))
+
+
+def test_a_plan_is_returned_wherever_one_fits(monkeypatch):
+    """Near the least peak no heuristic fits and the MILP's node budget may end without a plan;
+    ``plan_for_costs`` then starts from a fitting plan (the memory-first search's, else the
+    least-peak plan) and returns a fitting plan whenever one exists, None only below the least peak."""
+    from lazytrain_jax.schedule import api, milp, search
+    cfg = get_preset("qwen2.5-0.5b")
+    hw = Hardware.preset("rtx3090", device_margin=0.0, host_memory=0.0)  # no host tier: no offload_all_host
+    costs = analytic_costs(cfg, batch_size=4, seq_len=1024, device_flops=hw.device_flops)
+    least = api.min_device_bytes(cfg, hw, 4, 1024, num_micro_batches=1)
+    tight = hw.replace(device_memory=least * (1 + 1e-9))
+    assert api.best_heuristic(costs, tight) is None          # no heuristic fits there
+    start = api.fitting_start(costs, tight)
+    assert start is not None and start.fits() and start.predicted_peak_device_bytes <= tight.device_memory
+    # the search finding nothing: the least-peak plan, carried to this hardware
+    monkeypatch.setattr(search, "heuristic_plan", lambda *a, **k: None)
+    start = api.fitting_start(costs, tight)
+    assert start.name == "least-peak" and start.fits() and start.hardware == tight
+    assert api.fitting_start(costs, hw.replace(device_memory=0.999 * least)) is None
+    # the time MILP ending with no plan: the fitting start is returned
+    solve = milp.solve
+    monkeypatch.setattr(milp, "solve", lambda c, h, **k: solve(c, h, **k) if k.get("objective") == "memory" else None)
+    p = api.plan_for_costs(costs, tight)
+    assert p is not None and p.fits()
+
+
+def test_ideal_plan_bounds_every_plan_when_recompute_measures_faster():
+    """Measured times can put a layer's backward with in-layer recompute below its backward from
+    kept residuals (timing noise on small layers). The pruning bound of the micro-batch loop
+    (``ideal_plan``) must still be below every plan, so the loop never prunes a count that holds
+    the only fitting plans."""
+    import dataclasses
+
+    from lazytrain_jax.schedule import api
+    cfg = get_preset("qwen3-debug")
+    hw = Hardware.preset("rtx3090", device_margin=0.0, host_memory=0.0)
+    costs = analytic_costs(cfg, batch_size=4, seq_len=256, device_flops=hw.device_flops)
+    L = costs.num_layers
+    # the recompute backward measured at 0.75x the plain one on every other layer
+    bwd_rc = tuple(costs.bwd_time[i] * 0.75 if 1 <= i <= L and i % 2 else costs.bwd_recompute_time[i]
+                   for i in range(L + 2))
+    costs = dataclasses.replace(costs, bwd_recompute_time=bwd_rc)
+    ideal = timing.step_time(costs, hw, api.ideal_plan(costs, hw))
+    least = api.min_device_bytes(cfg, hw, 4, 256, num_micro_batches=1,
+                                 costs_for=lambda b, m: costs)
+    for budget in (least * (1 + 1e-9), 2 * least, 1e12):
+        tight = hw.replace(device_memory=budget)
+        plans = [p for p in heuristics.all_heuristics(costs, tight) if p.fits()]
+        best = api.best_over_micro_batches([(1, costs, tight)])
+        assert best is not None and best.fits()
+        for p in plans + [best]:
+            assert ideal <= p.predicted_step_time_s + 1e-12, (p.name, ideal, p.predicted_step_time_s)
