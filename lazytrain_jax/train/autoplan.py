@@ -19,7 +19,7 @@ def device_memory_default() -> float:
     return float(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
 
 
-def auto_plan(model, *, batch_size: int, seq_len: int, device_memory: float | None = None,
+def auto_plan(model, *, batch_size: int | str, seq_len: int, device_memory: float | None = None,
               hardware: str = "measured", stream_dtype: str = "bfloat16", offload_dir: str | None = None,
               num_micro_batches: int | None = None, device_margin: float | None = None, **plan_kw):
     """The MILP plan for ``model`` at (batch_size, seq_len) under ``device_memory``.
@@ -32,6 +32,8 @@ def auto_plan(model, *, batch_size: int, seq_len: int, device_memory: float | No
       device_memory: bytes the plan may use (default: the accelerator's free memory; required on the
         CPU backend). The hardware margin is capped at 5 % of it; ``device_margin`` sets it exactly.
       num_micro_batches: fix the micro-batch count (default: the planner's choice).
+      batch_size: sequences per step; with ``hardware="measured"`` also ``"max"`` (the largest
+        batch that fits) or ``"best"`` (the most tokens/s), as ``lt.plan(hardware="measure")``.
 
     Returns:
       Plan. Raises ValueError (the planner's message) when nothing fits.
@@ -49,6 +51,9 @@ def auto_plan(model, *, batch_size: int, seq_len: int, device_memory: float | No
     if not isinstance(device_memory, (int, float)) or isinstance(device_memory, bool) or not device_memory > 0:
         raise ValueError(f"device_memory={device_memory!r} must be a number of bytes > 0")
     if hardware != "measured":
+        if isinstance(batch_size, str):
+            raise ValueError(f"batch_size={batch_size!r} needs hardware='measured' (the batch that fits is found "
+                             f"from this machine's profile); give a number of sequences with hardware={hardware!r}")
         hw = Hardware.preset(hardware)
         costs = unit_costs(model, batch_size=batch_size, seq_len=seq_len, num_micro_batches=num_micro_batches or 1,
                            stream_dtype=stream_dtype, device_flops=hw.device_flops)

@@ -55,6 +55,7 @@ def run_config(cfg: TrainConfig, *, print_fn=print):
     """Runs ``lt.train`` as a TrainConfig describes. Returns the TrainResult."""
     from lazytrain_jax.data import PromptFormat, load_dataset, load_tokenizer
     from lazytrain_jax.train.loop import train
+    from lazytrain_jax.schedule.plan import Plan
     from lazytrain_jax.train.schedule import lr_schedule
     import lazytrain_jax.optim as optim
 
@@ -76,19 +77,22 @@ def run_config(cfg: TrainConfig, *, print_fn=print):
     model = build_model(cfg.model)
     if (t.steps is None) == (t.epochs is None):
         raise ValueError(f"give exactly one of train.steps={t.steps!r} and train.epochs={t.epochs!r}")
-    steps = t.steps or max(1, -(-int(t.epochs * len(train_set)) // p.batch_size))
-    sched = lr_schedule(o.learning_rate, steps, warmup_steps=o.warmup_steps, kind=o.schedule, min_lr_ratio=o.min_lr_ratio)
-    tx = optim.adamw_8bit(learning_rate=sched, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
-                          max_grad_norm=o.max_grad_norm, state_format=o.state_format)
     plan = p.plan
     if plan == "auto":
         from lazytrain_jax.train.autoplan import auto_plan
         plan = auto_plan(model, batch_size=p.batch_size, seq_len=d.seq_len, device_memory=p.device_memory,
                          hardware=p.hardware, stream_dtype=p.stream_dtype, offload_dir=p.offload_dir,
                          num_micro_batches=p.num_micro_batches)
-    elif not os.path.isfile(plan):
+    elif os.path.isfile(plan):
+        plan = Plan.load(plan, model=model)
+    else:
         raise ValueError(f"plan.plan={plan!r} is neither 'auto' nor a plan JSON file")
-    if print_fn and not isinstance(plan, str):
+    # the plan's batch (a plan file's own, or the one "max" / "best" chose) sets the steps of an epoch
+    steps = t.steps or max(1, -(-int(t.epochs * len(train_set)) // plan.batch_size))
+    sched = lr_schedule(o.learning_rate, steps, warmup_steps=o.warmup_steps, kind=o.schedule, min_lr_ratio=o.min_lr_ratio)
+    tx = optim.adamw_8bit(learning_rate=sched, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
+                          max_grad_norm=o.max_grad_norm, state_format=o.state_format)
+    if print_fn:
         print_fn(plan.explain())
     return train(model, plan, train_set, optimizer=tx, steps=steps, eval_data=eval_set, eval_every=t.eval_every,
                  checkpoint_dir=t.checkpoint_dir, checkpoint_every=t.checkpoint_every, keep_last=t.keep_last,

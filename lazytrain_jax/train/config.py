@@ -63,7 +63,8 @@ class PlanSection:
     hardware: str = _f("measured", "'measured' (lt.profile) or a hardware preset name for 'auto'")
     device_memory: float | None = _f(None, "device bytes the plan may use (default: free accelerator memory; "
                                            "required on the CPU backend)")
-    batch_size: int = _f(8, "sequences per step")
+    batch_size: int | str = _f(8, "sequences per step; with plan 'auto' and hardware 'measured' also 'max' "
+                                  "(the largest that fits) or 'best' (the most tokens/s)")
     num_micro_batches: int | None = _f(None, "fix the micro-batch count (default: planner's choice)")
     stream_dtype: str = _f("bfloat16", "dtype of the weights streamed to the device")
     offload_dir: str | None = _f(None, "directory for NVMe-tier activations")

@@ -110,7 +110,7 @@ def _check_positive(name, value, allow_none=True):
 def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs: float | None = None,
           lr_schedule=None, eval_data=None, eval_every: int | None = None, checkpoint_dir: str | None = None,
           checkpoint_every: int | None = None, keep_last: int = 3, log_dir: str | None = None, seed: int = 0,
-          resume: bool = True, device_memory: float | None = None, batch_size: int | None = None,
+          resume: bool = True, device_memory: float | None = None, batch_size: int | str | None = None,
           hardware: str = "measured", stream_dtype: str = "bfloat16", offload_dir: str | None = None,
           export_dir: str | None = None, max_new_tokens: int = 256, eval_batch_size: int = 64,
           progress: bool = True, print_fn=print, on_step=None) -> TrainResult:
@@ -133,7 +133,8 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
       log_dir: ``log.jsonl``, ``summary.json``/``.txt``, ``loss.png``, ``timeline.png``, ``trace.json``.
       seed: data shuffling seed.
       device_memory, batch_size, hardware: for ``plan="auto"`` (device_memory required on the CPU
-        backend; hardware ``"measured"`` or a preset name).
+        backend; hardware ``"measured"`` or a preset name; with ``"measured"`` batch_size may be
+        ``"max"``, the largest batch that fits, or ``"best"``, the most tokens/s).
       stream_dtype, offload_dir: passed to the StreamingEngine.
       export_dir: save the final weights (and the tokenizer) as a Hugging Face directory.
       max_new_tokens, eval_batch_size: generation settings of the eval. The eval generates resident
@@ -172,7 +173,7 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
     if plan.seq_len != encoded.seq_len:
         raise ValueError(f"plan.seq_len={plan.seq_len} differs from the data's seq_len={encoded.seq_len}: "
                          f"plan for the data's sequence length")
-    if batch_size is not None and batch_size != plan.batch_size:
+    if batch_size is not None and not isinstance(batch_size, str) and batch_size != plan.batch_size:
         raise ValueError(f"batch_size={batch_size} differs from plan.batch_size={plan.batch_size}")
     if (steps is None) == (epochs is None):
         raise ValueError(f"give exactly one of steps={steps!r} and epochs={epochs!r}")

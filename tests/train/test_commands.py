@@ -100,3 +100,28 @@ def test_train_help_documents_every_key(capsys):
     out = capsys.readouterr().out
     for key in all_keys():
         assert f"  {key.split('.')[1]} " in out, key
+
+
+def test_train_config_with_the_largest_batch_that_fits(workdir, tmp_path):
+    """``plan.batch_size: max`` with ``plan: auto`` on the measured hardware trains at the largest
+    batch that fits (the one ``lt.plan(hardware="measure", batch_size="max")`` gives), and an epoch
+    is counted in that batch; a preset hardware asks for a number instead."""
+    import lazytrain_jax as lt
+    from lazytrain_jax.train.commands import run_config
+    from lazytrain_jax.train.config import TrainConfig
+    d, vocab = workdir
+    raw = yaml.safe_load(open(_config(d, vocab)))
+    cfg = lt.get_preset(raw["model"]["preset"], **raw["model"]["overrides"])
+    kw = dict(seq_len=40, stream_dtype="float32")
+    budget = lt.plan(cfg, "measure", batch_size=3, device_memory=1e12, **kw).predicted_peak_device_bytes
+    expected = lt.plan(cfg, "measure", batch_size="max", device_memory=budget, **kw)
+    assert expected.batch_size >= 3 and expected.fits()
+    raw["plan"].update(hardware="measured", device_memory=budget, batch_size="max", stream_dtype="float32")
+    raw["train"].update(steps=None, epochs=1.0, log_dir=str(tmp_path / "log"))
+    result = run_config(TrainConfig.from_dict(raw), print_fn=lambda *a, **k: None)
+    assert result.plan.batch_size == expected.batch_size
+    assert result.plan.num_micro_batches == expected.num_micro_batches
+    assert result.steps == -(-16 // expected.batch_size)  # 16 training examples, one epoch
+    raw["plan"].update(hardware="rtx3090")
+    with pytest.raises(ValueError, match="batch_size='max' needs hardware='measured'"):
+        run_config(TrainConfig.from_dict(raw), print_fn=lambda *a, **k: None)
