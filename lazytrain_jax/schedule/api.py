@@ -48,6 +48,29 @@ def _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_
                          f"0 = prove optimality, 1e-2 = within 1%)")
 
 
+def _solver_kw(max_segment_length, max_resident_tail, time_limit_s, rel_gap, residual_offload) -> dict:
+    """The MILP's keyword arguments, checked."""
+    _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap)
+    if not isinstance(residual_offload, bool):
+        raise ValueError(f"residual_offload={residual_offload!r} must be True or False")
+    return dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                time_limit_s=float(time_limit_s), rel_gap=float(rel_gap), residual_offload=residual_offload)
+
+
+def _check_batch_args(batch_size, seq_len, num_micro_batches) -> None:
+    """``batch_size`` a positive integer (divisible by a fixed ``num_micro_batches``), "max" or "best"."""
+    _check_positive_int("seq_len", seq_len)
+    if num_micro_batches is not None:
+        _check_positive_int("num_micro_batches", num_micro_batches)
+    if batch_size in ("max", "best"):
+        return
+    if batch_size is None or isinstance(batch_size, str):
+        raise ValueError(f"batch_size={batch_size!r} must be a positive integer, 'max' or 'best'")
+    _check_positive_int("batch_size", batch_size)
+    if num_micro_batches is not None and batch_size % num_micro_batches:
+        raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
+
+
 def ideal_plan(costs: Costs, hardware: Hardware) -> Plan:
     """Every boundary on device, every layer resident and each layer's residuals kept where its
     backward from them is the faster one (ignores memory): no plan on these Costs has a shorter
@@ -205,11 +228,12 @@ def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micr
     return lo
 
 
-def candidate_batches(largest: int) -> list[int]:
+def candidate_batches(largest: int, num_micro_batches: int | None = None) -> list[int]:
     """The batch sizes ``batch_size="best"`` compares: the largest that fits, the powers of two
-    below it and 50 / 75 / 90 % of it."""
-    return sorted({largest, *(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < largest),
-                   *(int(largest * f) for f in (0.5, 0.75, 0.9) if int(largest * f) >= 1)})
+    below it and 50 / 75 / 90 % of it (those a fixed ``num_micro_batches`` divides)."""
+    batches = sorted({largest, *(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < largest),
+                      *(int(largest * f) for f in (0.5, 0.75, 0.9) if int(largest * f) >= 1)})
+    return [b for b in batches if num_micro_batches is None or b % num_micro_batches == 0]
 
 
 def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str = 1, seq_len: int = 1024,
@@ -267,13 +291,9 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
                              f"budgets, e.g. Hardware.preset('rtx3090', device_memory=20e9); analytic Costs stream "
                              f"in bfloat16)")
     hw = as_hardware(hardware)
-    _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap)
+    solver_kw = _solver_kw(max_segment_length, max_resident_tail, time_limit_s, rel_gap, residual_offload)
     if not math.isfinite(hw.device_memory):
         raise ValueError(f"hardware.device_memory={hw.device_memory!r} must be a finite number of bytes")
-    if not isinstance(residual_offload, bool):
-        raise ValueError(f"residual_offload={residual_offload!r} must be True or False")
-    solver_kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
-                     time_limit_s=float(time_limit_s), rel_gap=float(rel_gap), residual_offload=residual_offload)
     if isinstance(model, Costs):
         result = plan_for_costs(model, hw, **solver_kw)
         if result is None:
@@ -289,27 +309,15 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
                              f"(device_memory={_size(hw.device_memory)})")
         return result
     config = resolve_config(model)
-    _check_positive_int("seq_len", seq_len)
-    if num_micro_batches is not None:
-        _check_positive_int("num_micro_batches", num_micro_batches)
+    _check_batch_args(batch_size, seq_len, num_micro_batches)
     if batch_size in ("max", "best"):
-        largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
-                                 **solver_kw)
-        if largest == 0:
-            need = min_device_bytes(config, hw, 1, seq_len, grad_dtype=grad_dtype, **solver_kw)
-            raise NoPlanFits(f"batch_size={batch_size!r}: not even batch 1 fits {hw.name}: it needs at least "
-                             f"{_size(need)} of device memory (device_memory={_size(hw.device_memory)})")
+        largest = _largest_or_raise(config, hw, batch_size, seq_len, num_micro_batches, solver_kw,
+                                    grad_dtype=grad_dtype)
         if batch_size == "max":
             return _plan_or_raise(config, hw, largest, seq_len, num_micro_batches, grad_dtype, solver_kw)
         plans = [plan_fixed_batch(config, hw, b, seq_len, num_micro_batches=num_micro_batches, grad_dtype=grad_dtype,
-                                  **solver_kw)
-                 for b in candidate_batches(largest) if num_micro_batches is None or b % num_micro_batches == 0]
+                                  **solver_kw) for b in candidate_batches(largest, num_micro_batches)]
         return max((p for p in plans if p is not None), key=lambda p: p.tokens_per_s)
-    if batch_size is None or isinstance(batch_size, str):
-        raise ValueError(f"batch_size={batch_size!r} must be a positive integer, 'max' or 'best'")
-    _check_positive_int("batch_size", batch_size)
-    if num_micro_batches is not None and batch_size % num_micro_batches:
-        raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
     return _plan_or_raise(config, hw, batch_size, seq_len, num_micro_batches, grad_dtype, solver_kw)
 
 
@@ -325,26 +333,14 @@ def plan_measured(model, *, batch_size: int | str, seq_len: int, num_micro_batch
     """``plan(model, hardware="measure", ...)`` (see :func:`plan`), with the profiled Hardware's
     ``device_margin`` set (bytes of ``device_memory`` the plan leaves free; the profiler's is 0)."""
     from lazytrain_jax.executor import profiler  # jax, only when measuring
-    _check_solver_args(max_segment_length, max_resident_tail, time_limit_s, rel_gap)
-    if not isinstance(residual_offload, bool):
-        raise ValueError(f"residual_offload={residual_offload!r} must be True or False")
-    solver_kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
-                     time_limit_s=float(time_limit_s), rel_gap=float(rel_gap), residual_offload=residual_offload)
+    solver_kw = _solver_kw(max_segment_length, max_resident_tail, time_limit_s, rel_gap, residual_offload)
     config = resolve_config(model)
-    _check_positive_int("seq_len", seq_len)
-    if num_micro_batches is not None:
-        _check_positive_int("num_micro_batches", num_micro_batches)
-    if batch_size not in ("max", "best"):
-        if batch_size is None or isinstance(batch_size, str):
-            raise ValueError(f"batch_size={batch_size!r} must be a positive integer, 'max' or 'best'")
-        _check_positive_int("batch_size", batch_size)
-        if num_micro_batches is not None and batch_size % num_micro_batches:
-            raise ValueError(f"num_micro_batches={num_micro_batches} must divide batch_size={batch_size}")
+    _check_batch_args(batch_size, seq_len, num_micro_batches)
     # which batches and micro-batch counts fit depends on bytes alone (the units' real ones) and the
     # memory room: found before anything is timed, under stand-in rates
     room = profiler.memory_room(config, device_memory=device_memory, offload_dir=offload_dir)
-    hw = Hardware(name="measured", h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0, device_margin=float(device_margin),
-                  **room)
+    hw = Hardware(name="this machine (measured)", h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0,
+                  device_margin=float(device_margin), **room)
 
     def byte_costs(b, m):  # the units' real bytes; times analytic (unused where only bytes count)
         return profiler.unit_costs(config, batch_size=b, seq_len=seq_len, num_micro_batches=m,
@@ -378,23 +374,9 @@ def plan_measured(model, *, batch_size: int | str, seq_len: int, num_micro_batch
         result = best_for(batch_size)
         if result is not None:
             return result
-        need = min_device_bytes(config, hw, batch_size, seq_len, num_micro_batches=num_micro_batches,
-                                costs_for=byte_costs, **solver_kw)
-        largest = max_batch_size(config, hw, seq_len, num_micro_batches=num_micro_batches, costs_for=byte_costs,
-                                 **solver_kw)
-        raise NoPlanFits(f"no plan fits batch_size={batch_size}, seq_len={seq_len}"
-                         f"{'' if num_micro_batches is None else f', num_micro_batches={num_micro_batches}'} in "
-                         f"device_memory={_size(hw.device_memory)} (measured): it needs at least {_size(need)}; "
-                         f"the largest batch that fits is {largest}")
-    largest = max_batch_size(config, hw, seq_len, num_micro_batches=num_micro_batches, costs_for=byte_costs,
-                             **solver_kw)
-    if largest == 0:
-        need = min_device_bytes(config, hw, 1, seq_len, costs_for=byte_costs, **solver_kw)
-        raise NoPlanFits(f"batch_size={batch_size!r}: not even batch 1 fits device_memory={_size(hw.device_memory)} "
-                         f"(measured): it needs at least {_size(need)}")
-    batches = [largest] if batch_size == "max" else candidate_batches(largest)
-    if num_micro_batches is not None:
-        batches = [b for b in batches if b % num_micro_batches == 0]
+        _raise_no_plan_fits(config, hw, batch_size, seq_len, num_micro_batches, solver_kw, costs_for=byte_costs)
+    largest = _largest_or_raise(config, hw, batch_size, seq_len, num_micro_batches, solver_kw, costs_for=byte_costs)
+    batches = [largest] if batch_size == "max" else candidate_batches(largest, num_micro_batches)
     plans = [p for p in (best_for(b) for b in batches) if p is not None]
     if not plans:  # the bytes said the largest fits: a plan must exist there
         raise RuntimeError(f"no plan found for batch_size={largest} although its bytes fit (measured)")
@@ -406,11 +388,30 @@ def _plan_or_raise(config, hw, batch_size, seq_len, num_micro_batches, grad_dtyp
                               grad_dtype=grad_dtype, **solver_kw)
     if result is not None:
         return result
-    need = min_device_bytes(config, hw, batch_size, seq_len, grad_dtype=grad_dtype,
-                            num_micro_batches=num_micro_batches, **solver_kw)
-    largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
-                             **solver_kw)
-    raise NoPlanFits(f"no plan fits batch_size={batch_size}, seq_len={seq_len} on {hw.name}: it needs at least "
-                     f"{_size(need)} of device memory (device_memory={_size(hw.device_memory)}, "
+    _raise_no_plan_fits(config, hw, batch_size, seq_len, num_micro_batches, solver_kw, grad_dtype=grad_dtype)
+
+
+def _raise_no_plan_fits(config, hw, batch_size, seq_len, num_micro_batches, solver_kw, *, grad_dtype="bfloat16",
+                        costs_for=None):
+    """NoPlanFits for this batch, naming the least device memory it needs and the largest batch that
+    fits (``costs_for``: the Costs of a (batch, micro-batches), default analytic)."""
+    kw = dict(grad_dtype=grad_dtype, num_micro_batches=num_micro_batches, costs_for=costs_for, **solver_kw)
+    need = min_device_bytes(config, hw, batch_size, seq_len, **kw)
+    largest = max_batch_size(config, hw, seq_len, **kw)
+    fixed = "" if num_micro_batches is None else f", num_micro_batches={num_micro_batches}"
+    raise NoPlanFits(f"no plan fits batch_size={batch_size}, seq_len={seq_len}{fixed} on {hw.name}: it needs at "
+                     f"least {_size(need)} of device memory (device_memory={_size(hw.device_memory)}, "
                      f"host_memory={_size(hw.host_memory)}, nvme_memory={_size(hw.nvme_memory)}); "
                      f"the largest batch that fits is {largest}")
+
+
+def _largest_or_raise(config, hw, batch_size, seq_len, num_micro_batches, solver_kw, *, grad_dtype="bfloat16",
+                      costs_for=None) -> int:
+    """The largest batch that fits (``batch_size`` "max" or "best"), or NoPlanFits naming what batch 1 needs."""
+    largest = max_batch_size(config, hw, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
+                             costs_for=costs_for, **solver_kw)
+    if largest == 0:
+        need = min_device_bytes(config, hw, 1, seq_len, grad_dtype=grad_dtype, costs_for=costs_for, **solver_kw)
+        raise NoPlanFits(f"batch_size={batch_size!r}: not even batch 1 fits {hw.name}: it needs at least "
+                         f"{_size(need)} of device memory (device_memory={_size(hw.device_memory)})")
+    return largest

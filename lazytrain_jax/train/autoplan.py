@@ -50,7 +50,12 @@ def auto_plan(model, *, batch_size: int | str, seq_len: int, device_memory: floa
         device_memory = device_memory_default()
     if not isinstance(device_memory, (int, float)) or isinstance(device_memory, bool) or not device_memory > 0:
         raise ValueError(f"device_memory={device_memory!r} must be a number of bytes > 0")
-    if hardware != "measured":
+    if hardware == "measured":  # the profiler's margin is 0
+        def planned():
+            return plan_measured(model, batch_size=batch_size, seq_len=seq_len, num_micro_batches=num_micro_batches,
+                                 device_memory=float(device_memory), stream_dtype=stream_dtype, offload_dir=offload_dir,
+                                 device_margin=0.0 if device_margin is None else float(device_margin), **plan_kw)
+    else:
         if isinstance(batch_size, str):
             raise ValueError(f"batch_size={batch_size!r} needs hardware='measured' (the batch that fits is found "
                              f"from this machine's profile); give a number of sequences with hardware={hardware!r}")
@@ -59,12 +64,11 @@ def auto_plan(model, *, batch_size: int | str, seq_len: int, device_memory: floa
                            stream_dtype=stream_dtype, device_flops=hw.device_flops)
         margin = min(hw.device_margin, 0.05 * device_memory) if device_margin is None else float(device_margin)
         hw = hw.replace(device_memory=float(device_memory), device_margin=margin)
+
+        def planned():
+            return solve(costs, hw, **plan_kw)
     try:
-        if hardware == "measured":  # the profiler's margin is 0
-            return plan_measured(model, batch_size=batch_size, seq_len=seq_len, num_micro_batches=num_micro_batches,
-                                 device_memory=float(device_memory), stream_dtype=stream_dtype, offload_dir=offload_dir,
-                                 device_margin=0.0 if device_margin is None else float(device_margin), **plan_kw)
-        return solve(costs, hw, **plan_kw)
+        return planned()
     except NoPlanFits as e:
         raise ValueError(f"plan infeasible: {e} (device_memory={device_memory / GB:.4g} GB for batch_size="
                          f"{batch_size}, seq_len={seq_len}; raise device_memory or lower batch_size/seq_len)") from None
