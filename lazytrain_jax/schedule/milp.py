@@ -1354,7 +1354,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 return False
             bar = in_hand * (1 - rel_gap) if cutoff is None else min(in_hand * (1 - rel_gap), cutoff)
             t = time.perf_counter()
-            status = _optimize(built, rel_gap, time_limit_s, bar, HIGHS_CUTOFF_NODES, solver="highs")
+            status = _optimize(built, rel_gap, time_limit_s, bar, HIGHS_CUTOFF_NODES, solver="highs",
+                               root_lp=CUTOFF_ROOT_LP)
             stats["bb_s"] += time.perf_counter() - t
             stats["bb_runs"] += 1
             stats["proof"] = "highs"
@@ -1694,7 +1695,7 @@ CBC_GRACE_S = 60.0                  # how long past its time limit a CBC child m
 
 def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float | None,
               max_nodes: int = DEFAULT_MAX_NODES, preprocess: bool = True, *,
-              solver: str | None = None) -> str | None:
+              solver: str | None = None, root_lp: str = "choose") -> str | None:
     """Branch and bound on ``built.model``; the status name, or None without a solution. What it
     found is in ``built.solved`` (``decode`` reads the values from there).
 
@@ -1702,6 +1703,7 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     ``cutoff``) or "highs" (HiGHS' branch and cut through scipy, without a start, nothing above
     ``cutoff``: ``_highs_mip``); None: ``MIP_SOLVER``'s choice for this model (``_mip_solver``).
     ``preprocess=False`` skips CBC's preprocessing (``benchmarks/planner_probes.py cbc`` compares).
+    ``root_lp``: HiGHS' root LP method (``_highs_mip_arrays``).
 
     Where the platform forks (``ISOLATE_CBC``), CBC runs in a child process on a copy of the model
     and sends back its status, bound and values: CBC's branch and bound has aborted with a double
@@ -1713,7 +1715,7 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     if solver is None:
         solver = _mip_solver(m)
     if solver == "highs":
-        built.solved = _highs_mip(m, rel_gap, time_limit_s, max_nodes, cutoff)
+        built.solved = _highs_mip(m, rel_gap, time_limit_s, max_nodes, cutoff, root_lp=root_lp)
     else:
         if cutoff is not None:
             m.cutoff = cutoff
@@ -1748,7 +1750,7 @@ def _scipy_milp():
 
 
 def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int,
-               cutoff: float | None = None) -> Solved:
+               cutoff: float | None = None, *, root_lp: str = "choose") -> Solved:
     """HiGHS' branch and cut (scipy's ``milp``) on ``m``, to ``rel_gap`` of its own incumbent;
     ``cutoff``: only plans whose objective is at most this (a row on the objective), so INFEASIBLE
     then says that nothing at these depths reaches it.
@@ -1761,7 +1763,8 @@ def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int
     the row took 8.5-9 s to find nothing better; at (2, 2), 2.7 s against 15.1 s). Asking for less
     (half of ``rel_gap``: 20 s; the plan's own value: 9 s, as without the row) gains nothing."""
     with _quiet_stdout():  # HiGHS prints some of its solution repairs to fd 1
-        return _highs_mip_arrays(_highs_arrays(m), _integrality(m), rel_gap, time_limit_s, max_nodes, cutoff)
+        return _highs_mip_arrays(_highs_arrays(m), _integrality(m), rel_gap, time_limit_s, max_nodes, cutoff,
+                                 root_lp=root_lp)
 
 
 def _integrality(m: mip.Model):
@@ -1771,36 +1774,121 @@ def _integrality(m: mip.Model):
 
 
 def _highs_mip_arrays(arrays, integrality, rel_gap: float, time_limit_s: float, max_nodes: int,
-                      cutoff: float | None = None) -> Solved:
+                      cutoff: float | None = None, *, root_lp: str = "choose") -> Solved:
     """:func:`_highs_mip` on prepared arrays (``_highs_arrays``, ``_integrality``). HiGHS releases
-    the interpreter lock; fd 1 is left as it is (the caller silences it, ``_quiet_stdout``)."""
+    the interpreter lock; fd 1 is left as it is (the caller silences it, ``_quiet_stdout``).
+
+    ``root_lp``: HiGHS' ``mip_lp_solver`` for the root's first LP ("choose": its dual simplex;
+    "ipm": the interior point method, then a crossover, so the cuts and nodes still run dual
+    simplex from a basis). scipy's ``milp`` does not pass that option on, so another choice drives
+    scipy's bundled HiGHS object directly (``_highs_object``; scipy's ``milp`` where it is
+    missing). The roots asked only for a plan ``rel_gap`` faster (``CUTOFF_ROOT_LP``) spend most of
+    their time in that first LP: on the 128-layer host-only seed 13 at weight depth 2, 2.4-2.8 s
+    with "ipm" against 4.1-4.8 s (the same INFEASIBLE)."""
     import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint
-    milp = _scipy_milp()
     cost, args, const = arrays
-    constraints = []
-    if args["A_ub"] is not None:
-        constraints.append(LinearConstraint(args["A_ub"], -np.inf, args["b_ub"]))
+    rows = [(args["A_ub"], np.full(args["A_ub"].shape[0], -np.inf), args["b_ub"])] if args["A_ub"] is not None else []
     if args["A_eq"] is not None:
-        constraints.append(LinearConstraint(args["A_eq"], args["b_eq"], args["b_eq"]))
+        rows.append((args["A_eq"], args["b_eq"], args["b_eq"]))
     if cutoff is not None and math.isfinite(cutoff):
-        constraints.append(LinearConstraint(cost.reshape(1, -1), -np.inf, cutoff - const))
-    options = dict(mip_rel_gap=rel_gap, node_limit=int(max_nodes), disp=False)
-    if math.isfinite(time_limit_s):
-        options["time_limit"] = float(time_limit_s)
-    res = milp(cost, constraints=constraints, integrality=integrality,
-               bounds=Bounds(args["bounds"][:, 0], args["bounds"][:, 1]), options=options)
-    bound = getattr(res, "mip_dual_bound", None)
+        rows.append((cost.reshape(1, -1), np.array([-np.inf]), np.array([cutoff - const])))
+    lower, upper = args["bounds"][:, 0], args["bounds"][:, 1]
+    if root_lp != "choose" and _highs_object() is not None:
+        status, x, fun, bound = _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s,
+                                              max_nodes, root_lp)
+    else:
+        status, x, fun, bound = _highs_scipy(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, max_nodes)
     bound = float(bound) + const if bound is not None and math.isfinite(bound) else -math.inf
-    if res.x is None:
-        if res.status == 2:
+    if x is None:
+        if status == "infeasible":
             return Solved(status=mip.OptimizationStatus.INFEASIBLE, objective_value=None,
                           objective_bound=math.inf, values=None)
         return Solved(status=mip.OptimizationStatus.NO_SOLUTION_FOUND, objective_value=None,
                       objective_bound=bound, values=None)
-    status = mip.OptimizationStatus.OPTIMAL if res.status == 0 else mip.OptimizationStatus.FEASIBLE
-    return Solved(status=status, objective_value=float(res.fun) + const, objective_bound=bound,
-                  values=[float(v) for v in res.x])
+    status = mip.OptimizationStatus.OPTIMAL if status == "optimal" else mip.OptimizationStatus.FEASIBLE
+    return Solved(status=status, objective_value=float(fun) + const, objective_bound=bound,
+                  values=[float(v) for v in x])
+
+
+CUTOFF_ROOT_LP = "ipm"  # the root LP method of HiGHS' roots with a cutoff (``_highs_mip_arrays``)
+
+
+def _highs_object():
+    """scipy's bundled HiGHS module (``_highspy._core``) where it offers the ``mip_lp_solver``
+    option, else None (scipy's ``milp`` is then used: a private module may change)."""
+    global _HIGHS_CORE
+    if _HIGHS_CORE is None:
+        try:
+            from scipy.optimize._highspy import _core
+            h = _core._Highs()
+            ok = h.setOptionValue("mip_lp_solver", "ipm") == _core.HighsStatus.kOk
+        except Exception:  # noqa: BLE001  (a private module: anything missing means the public path)
+            ok = False
+        _HIGHS_CORE = _core if ok else False
+    return _HIGHS_CORE or None
+
+
+_HIGHS_CORE = None
+
+
+def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, max_nodes, root_lp):
+    """One HiGHS branch and cut through scipy's bundled HiGHS object: ``(status, x, objective,
+    dual bound)``, status "optimal" | "feasible" | "infeasible" | "none" (x None unless a solution
+    exists)."""
+    import numpy as np
+    import scipy.sparse
+    hc = _highs_object()
+    inf = hc.kHighsInf
+    a = scipy.sparse.vstack([r[0] for r in rows]).tocsc() if rows else scipy.sparse.csc_matrix((0, len(cost)))
+    lp = hc.HighsLp()
+    lp.num_col_, lp.num_row_ = a.shape[1], a.shape[0]
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = a.shape[1], a.shape[0]
+    lp.a_matrix_.format_ = hc.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+    lp.col_cost_ = np.asarray(cost, dtype=float)
+    lp.col_lower_ = np.where(np.isinf(lower), -inf, lower)
+    lp.col_upper_ = np.where(np.isinf(upper), inf, upper)
+    row_lo = np.concatenate([r[1] for r in rows]) if rows else np.zeros(0)
+    row_hi = np.concatenate([r[2] for r in rows]) if rows else np.zeros(0)
+    lp.row_lower_ = np.where(np.isinf(row_lo), -inf, row_lo)
+    lp.row_upper_ = np.where(np.isinf(row_hi), inf, row_hi)
+    lp.integrality_ = [hc.HighsVarType.kInteger if i else hc.HighsVarType.kContinuous for i in integrality]
+    h = hc._Highs()
+    options = dict(output_flag=False, mip_rel_gap=float(rel_gap), mip_max_nodes=int(max_nodes),
+                   mip_lp_solver=root_lp)
+    if math.isfinite(time_limit_s):
+        options["time_limit"] = float(time_limit_s)
+    for key, value in options.items():
+        if h.setOptionValue(key, value) != hc.HighsStatus.kOk:
+            raise RuntimeError(f"HiGHS refused option {key}={value!r}")
+    if h.passModel(lp) == hc.HighsStatus.kError:
+        raise RuntimeError("HiGHS refused the model")
+    h.run()
+    model_status = h.getModelStatus()
+    info = h.getInfo()
+    bound = info.mip_dual_bound
+    if model_status == hc.HighsModelStatus.kInfeasible:
+        return "infeasible", None, None, bound
+    has_solution = info.primal_solution_status == hc.kSolutionStatusFeasible
+    if not has_solution:
+        return "none", None, None, bound
+    status = "optimal" if model_status == hc.HighsModelStatus.kOptimal else "feasible"
+    return status, np.array(h.getSolution().col_value), info.objective_function_value, bound
+
+
+def _highs_scipy(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, max_nodes):
+    """:func:`_highs_direct` through scipy's public ``milp``."""
+    from scipy.optimize import Bounds, LinearConstraint
+    milp = _scipy_milp()
+    constraints = [LinearConstraint(a, lo, hi) for a, lo, hi in rows]
+    options = dict(mip_rel_gap=rel_gap, node_limit=int(max_nodes), disp=False)
+    if math.isfinite(time_limit_s):
+        options["time_limit"] = float(time_limit_s)
+    res = milp(cost, constraints=constraints, integrality=integrality, bounds=Bounds(lower, upper), options=options)
+    bound = getattr(res, "mip_dual_bound", None)
+    if res.x is None:
+        return ("infeasible" if res.status == 2 else "none"), None, None, bound
+    return ("optimal" if res.status == 0 else "feasible"), res.x, res.fun, bound
 
 
 def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, time_limit_s: float) -> dict:
@@ -1813,7 +1901,8 @@ def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, 
     problems = [_half_problem(union_built, arrays, dw) for dw in halves]
 
     def root(problem):
-        return _highs_mip_arrays(problem, integrality, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar)
+        return _highs_mip_arrays(problem, integrality, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar,
+                                 root_lp=CUTOFF_ROOT_LP)
     with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
         found = list(pool.map(root, problems))
     return {dw: f.status == mip.OptimizationStatus.INFEASIBLE for dw, f in zip(halves, found)}

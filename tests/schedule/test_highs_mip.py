@@ -42,10 +42,25 @@ def _random_instance(num_layers, seed):
     return costs, hw
 
 
-def test_highs_mip_finds_cbcs_optimum_and_decodes_to_the_step_model():
+ROOT_LPS = pytest.mark.parametrize("root_lp", ["choose", "ipm"])  # scipy's milp; scipy's HiGHS object directly
+
+
+def _direct_path_taken(monkeypatch, root_lp):
+    """Counts the runs that drive scipy's HiGHS object directly (``_highs_direct``); the list."""
+    runs = []
+    direct = milp._highs_direct
+    monkeypatch.setattr(milp, "_highs_direct", lambda *a: runs.append(a[-1]) or direct(*a))
+    if root_lp != "choose":
+        assert milp._highs_object() is not None, "scipy's bundled HiGHS no longer offers mip_lp_solver"
+    return runs
+
+
+@ROOT_LPS
+def test_highs_mip_finds_cbcs_optimum_and_decodes_to_the_step_model(monkeypatch, root_lp):
+    runs = _direct_path_taken(monkeypatch, root_lp)
     costs, hw = _random_instance(8, 4)
     built = milp.build(costs, hw)
-    exact = milp._highs_mip(built.model, 0.0, 60.0, 10_000)
+    exact = milp._highs_mip(built.model, 0.0, 60.0, 10_000, root_lp=root_lp)
     assert exact.status == mip.OptimizationStatus.OPTIMAL
     assert exact.objective_bound == pytest.approx(exact.objective_value, rel=1e-9)
     cbc = milp._cbc_here(built.model, 60.0, 10_000)
@@ -54,31 +69,35 @@ def test_highs_mip_finds_cbcs_optimum_and_decodes_to_the_step_model():
     plan = milp.decode(built, costs, hw, status="optimal", bound=None, solve_time_s=0.0)
     assert plan.predicted_step_time_s == pytest.approx(exact.objective_value, rel=1e-7)   # the MILP is the step model
     # a gap: HiGHS stops within it of its incumbent, and its bound stays below the optimum
-    loose = milp._highs_mip(built.model, 0.05, 60.0, 10_000)
+    loose = milp._highs_mip(built.model, 0.05, 60.0, 10_000, root_lp=root_lp)
     assert loose.objective_bound <= exact.objective_value * (1 + 1e-9)
     assert loose.objective_value - loose.objective_bound <= 0.05 * loose.objective_value * (1 + 1e-9)
     # no plan at all: INFEASIBLE
     tiny = milp.build(costs, hw.replace(device_memory=hw.device_memory * 0.2))
-    assert milp._highs_mip(tiny.model, 0.0, 60.0, 10_000).status == mip.OptimizationStatus.INFEASIBLE
+    assert milp._highs_mip(tiny.model, 0.0, 60.0, 10_000, root_lp=root_lp).status == mip.OptimizationStatus.INFEASIBLE
+    assert runs == ([] if root_lp == "choose" else [root_lp] * 3)
 
 
-def test_highs_mip_cutoff_keeps_only_plans_at_or_below_it():
+@ROOT_LPS
+def test_highs_mip_cutoff_keeps_only_plans_at_or_below_it(monkeypatch, root_lp):
     """``_highs_mip``'s cutoff (a row on the objective): INFEASIBLE just below the optimum, the
     optimum itself when the cutoff lies above it, and a plan at or below the cutoff within
-    ``rel_gap`` of a bound that stays below the optimum."""
+    ``rel_gap`` of a bound that stays below the optimum; with either root LP method."""
+    runs = _direct_path_taken(monkeypatch, root_lp)
     costs, hw = _random_instance(8, 4)
     built = milp.build(costs, hw)
     optimum = milp._highs_mip(built.model, 0.0, 60.0, 10_000).objective_value
-    below = milp._highs_mip(built.model, 0.0, 60.0, 10_000, cutoff=optimum * (1 - 1e-4))
+    below = milp._highs_mip(built.model, 0.0, 60.0, 10_000, cutoff=optimum * (1 - 1e-4), root_lp=root_lp)
     assert below.status == mip.OptimizationStatus.INFEASIBLE and below.values is None
-    above = milp._highs_mip(built.model, 0.0, 60.0, 10_000, cutoff=optimum * 1.02)
+    above = milp._highs_mip(built.model, 0.0, 60.0, 10_000, cutoff=optimum * 1.02, root_lp=root_lp)
     assert above.objective_value == pytest.approx(optimum, rel=1e-7)
-    loose = milp._highs_mip(built.model, 0.05, 60.0, 10_000, cutoff=optimum * 1.001)
+    loose = milp._highs_mip(built.model, 0.05, 60.0, 10_000, cutoff=optimum * 1.001, root_lp=root_lp)
     assert loose.objective_value <= optimum * 1.001 * (1 + 1e-9)
     assert loose.objective_bound <= optimum * (1 + 1e-9)
     # through _optimize, as solve's branch and bound calls it
-    assert milp._optimize(built, 0.0, 60.0, optimum * (1 - 1e-4), 10_000, solver="highs") is None
+    assert milp._optimize(built, 0.0, 60.0, optimum * (1 - 1e-4), 10_000, solver="highs", root_lp=root_lp) is None
     assert built.solved.status == mip.OptimizationStatus.INFEASIBLE
+    assert runs == ([] if root_lp == "choose" else [root_lp] * 4)
 
 
 @pytest.mark.parametrize("num_layers,seed", [pytest.param(12, 7, marks=pytest.mark.slow), (16, 7)])
@@ -133,15 +152,16 @@ def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch,
         halves.append((bar, dict(found)))
         return found if settles == "halves" else dict.fromkeys(found, False)
 
-    calls, highs_mip = [], milp._highs_mip
+    calls, root_lps, highs_mip = [], [], milp._highs_mip
 
-    def recorded(m, rel_gap, time_limit_s, max_nodes, cutoff=None):
+    def recorded(m, rel_gap, time_limit_s, max_nodes, cutoff=None, **kw):
         if cutoff is not None and settles == "neither":
             solved = milp.Solved(status=mip.OptimizationStatus.NO_SOLUTION_FOUND, objective_value=None,
                                  objective_bound=-math.inf, values=None)
         else:
-            solved = highs_mip(m, rel_gap, time_limit_s, max_nodes, cutoff)
+            solved = highs_mip(m, rel_gap, time_limit_s, max_nodes, cutoff, **kw)
         calls.append((cutoff, max_nodes, solved))
+        root_lps.append((cutoff, kw.get("root_lp", "choose")))
         return solved
 
     runs, optimize = [], milp._optimize
@@ -164,6 +184,8 @@ def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch,
     assert all(c is None for c in plain)
     probes = [(c, n, s) for c, n, s in calls if c is not None]
     assert all(n == milp.HIGHS_CUTOFF_NODES for _, n, _ in probes)
+    # the roots with a cutoff solve their first LP by the interior point method, the other runs as HiGHS chooses
+    assert all(lp == (milp.CUTOFF_ROOT_LP if c is not None else "choose") for c, lp in root_lps)
     if settles == "halves":
         assert not probes and not runs    # no depth pair's own model branched on
         assert p.gap == pytest.approx(1e-2) and p.predicted_step_time_s * (1 - p.gap) == pytest.approx(bar)
