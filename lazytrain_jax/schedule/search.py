@@ -539,24 +539,25 @@ def _counted_paths(fm):
             for t in (0, 1):
                 if t == 1 and (j == L or host[j] is None or num_h == 0):
                     continue
-                # every predecessor (s, ts) in order; the first of equal minima wins (argmin)
+                # every predecessor (s, ts) in order; the first of equal minima wins (strict <)
                 preds = [(s, ts) for s in range(max(0, j - S), j) for ts in (0, 1)
                          if best[s][ts] is not None and ws_of[s][ts][j - s] <= cap * (1 + 1e-12)]
-                stack = np.full((max(1, len(preds)),) + shape, np.inf)
-                for n, (s, ts) in enumerate(preds):
-                    prev, step = best[s][ts], prefix[j - 1] - prefix[s]
-                    if t == 1:
-                        stack[n, 1:, :] = prev[:-1, :] + step
-                    elif j < L:
-                        stack[n, :, 1:] = prev[:, :-1] + step
-                    else:
-                        stack[n] = prev + step
-                pick = np.argmin(stack, axis=0)
-                cur = np.take_along_axis(stack, pick[None], axis=0)[0]
-                who = np.array([s for s, _ in preds] or [0], dtype=np.int32)
-                who_t = np.array([ts for _, ts in preds] or [0], dtype=np.int8)
+                cur = np.full(shape, np.inf)
+                who, who_t = np.zeros(shape, dtype=np.int32), np.zeros(shape, dtype=np.int8)
+                # a host boundary counts one more host slot, an interior device one a device slot
+                into = (slice(1, None), slice(None)) if t == 1 else (
+                    (slice(None), slice(1, None)) if j < L else (slice(None), slice(None)))
+                src = (slice(None, -1), slice(None)) if t == 1 else (
+                    (slice(None), slice(None, -1)) if j < L else (slice(None), slice(None)))
+                c_into, w_into, t_into = cur[into], who[into], who_t[into]   # views
+                for s, ts in preds:
+                    cand = best[s][ts][src] + (prefix[j - 1] - prefix[s])
+                    better = cand < c_into
+                    c_into[better] = cand[better]
+                    w_into[better] = s
+                    t_into[better] = ts
                 best[j][t] = cur + (host[j] if t == 1 else 0.0)
-                arg[j][t] = (who[pick], who_t[pick])
+                arg[j][t] = (who, who_t)
         end = best[L][0]
         for flat in np.argsort(end, axis=None, kind="stable")[:3]:
             h, d = np.unravel_index(flat, shape)
