@@ -1837,8 +1837,7 @@ def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, 
     exists)."""
     import numpy as np
     import scipy.sparse
-    hc = _highs_object()
-    inf = hc.kHighsInf
+    hc = _highs_object()   # its infinity (kHighsInf) is float inf: numpy's bounds pass as they are
     a = scipy.sparse.vstack([r[0] for r in rows]).tocsc() if rows else scipy.sparse.csc_matrix((0, len(cost)))
     lp = hc.HighsLp()
     lp.num_col_, lp.num_row_ = a.shape[1], a.shape[0]
@@ -1846,12 +1845,9 @@ def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, 
     lp.a_matrix_.format_ = hc.MatrixFormat.kColwise
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
     lp.col_cost_ = np.asarray(cost, dtype=float)
-    lp.col_lower_ = np.where(np.isinf(lower), -inf, lower)
-    lp.col_upper_ = np.where(np.isinf(upper), inf, upper)
-    row_lo = np.concatenate([r[1] for r in rows]) if rows else np.zeros(0)
-    row_hi = np.concatenate([r[2] for r in rows]) if rows else np.zeros(0)
-    lp.row_lower_ = np.where(np.isinf(row_lo), -inf, row_lo)
-    lp.row_upper_ = np.where(np.isinf(row_hi), inf, row_hi)
+    lp.col_lower_, lp.col_upper_ = lower, upper
+    lp.row_lower_ = np.concatenate([r[1] for r in rows]) if rows else np.zeros(0)
+    lp.row_upper_ = np.concatenate([r[2] for r in rows]) if rows else np.zeros(0)
     lp.integrality_ = [hc.HighsVarType.kInteger if i else hc.HighsVarType.kContinuous for i in integrality]
     h = hc._Highs()
     options = dict(output_flag=False, mip_rel_gap=float(rel_gap), mip_max_nodes=int(max_nodes),
