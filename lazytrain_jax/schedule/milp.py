@@ -1690,6 +1690,10 @@ HIGHS_MIP_MIN_NONZEROS = 8_000
 # with that cutoff took 3.7 s without settling it, where the plain run found a plan 0.7 % faster in 0.3 s
 HIGHS_CUTOFF_NODES = 1
 ISOLATE_CBC = hasattr(os, "fork")  # run CBC's branch and bound in a child process (see _optimize)
+# models with fewer nonzeros run CBC in this process (up to about 8 layers): the abort was seen on
+# 128-layer models only, and a fork costs this process's page tables each time (0.04-0.11 s from a
+# process holding 0.9 GB of JAX state, against a CBC run of a few milliseconds on such a model)
+ISOLATE_CBC_MIN_NONZEROS = 2_000
 CBC_GRACE_S = 60.0                  # how long past its time limit a CBC child may run before it is stopped
 
 
@@ -1705,10 +1709,10 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     ``preprocess=False`` skips CBC's preprocessing (``benchmarks/planner_probes.py cbc`` compares).
     ``root_lp``: HiGHS' root LP method (``_highs_mip_arrays``).
 
-    Where the platform forks (``ISOLATE_CBC``), CBC runs in a child process on a copy of the model
-    and sends back its status, bound and values: CBC's branch and bound has aborted with a double
-    free in its postprocessing on a 128-layer model and then hung in its own crash handler
-    (benchmarks/RESULTS.md, "CBC can abort"). A child that dies, or outlives its time limit by
+    Where the platform forks (``ISOLATE_CBC``) and the model has ``ISOLATE_CBC_MIN_NONZEROS`` or
+    more, CBC runs in a child process on a copy of the model and sends back its status, bound and
+    values: CBC's branch and bound has aborted with a double free in its postprocessing on a
+    128-layer model and then hung in its own crash handler (benchmarks/RESULTS.md, "CBC can abort"). A child that dies, or outlives its time limit by
     ``CBC_GRACE_S``, counts as a run without a solution; the model in this process is never solved,
     so the next run starts clean."""
     m = built.model
@@ -1723,7 +1727,7 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
         m.max_mip_gap_abs = 1e-9
         m.preprocess = -1 if preprocess else 0
         with (contextlib.nullcontext() if m.verbose else _quiet_stdout()):
-            if ISOLATE_CBC:
+            if ISOLATE_CBC and m.num_nz >= ISOLATE_CBC_MIN_NONZEROS:
                 built.solved = _cbc_in_child(m, time_limit_s, max_nodes)
             else:
                 built.solved = _cbc_here(m, time_limit_s, max_nodes)

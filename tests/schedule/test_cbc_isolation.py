@@ -1,5 +1,6 @@
-"""CBC's branch and bound runs in a child process (``milp.ISOLATE_CBC``): a crash or a hang there
-costs only that run. Same plans as in this process; the plan found so far stands otherwise."""
+"""CBC's branch and bound runs in a child process (``milp.ISOLATE_CBC``, models of
+``milp.ISOLATE_CBC_MIN_NONZEROS`` and more): a crash or a hang there costs only that run. Same
+plans as in this process; the plan found so far stands otherwise."""
 
 import os
 import signal
@@ -13,6 +14,12 @@ from lazytrain_jax.schedule.costs import analytic_costs
 from lazytrain_jax.schedule.hardware import Hardware
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="CBC runs in this process where nothing forks")
+
+
+@pytest.fixture(autouse=True)
+def every_model_in_a_child(monkeypatch):
+    """The 8-layer instance below is under the size from which CBC runs in a child: here every model is."""
+    monkeypatch.setattr(milp, "ISOLATE_CBC_MIN_NONZEROS", 0)
 
 
 def _instance():
@@ -59,3 +66,24 @@ def test_a_failed_cbc_child_leaves_the_search_plan(monkeypatch, failure):
     monkeypatch.undo()
     reference = milp.solve(costs, hw, rel_gap=0.0, depths=((1, 1),))   # CBC working again, in a fresh child
     assert plan.predicted_step_time_s >= reference.predicted_step_time_s * (1 - 1e-9)
+
+
+def test_only_models_from_the_threshold_up_go_to_a_child(monkeypatch):
+    """Below ``ISOLATE_CBC_MIN_NONZEROS`` CBC runs in this process (no fork), from it in a child."""
+    costs, hw = _instance()
+    sizes = []
+    child = milp._cbc_in_child
+
+    def counted(m, *args):
+        sizes.append(m.num_nz)
+        return child(m, *args)
+
+    monkeypatch.setattr(milp, "_cbc_in_child", counted)
+    stats = {}
+    milp.solve(costs, hw, rel_gap=0.0, depths=((1, 1),), stats=stats)
+    assert stats["bb_runs"] >= 1 and len(sizes) == stats["bb_runs"]  # threshold 0 (the fixture): all in children
+    smallest = min(sizes)
+    monkeypatch.setattr(milp, "ISOLATE_CBC_MIN_NONZEROS", smallest + 1)
+    sizes.clear()
+    plan = milp.solve(costs, hw, rel_gap=0.0, depths=((1, 1),), stats=stats)
+    assert stats["bb_runs"] >= 1 and sizes == [] and plan.gap == 0.0
