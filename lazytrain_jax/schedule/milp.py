@@ -1712,9 +1712,9 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     Where the platform forks (``ISOLATE_CBC``) and the model has ``ISOLATE_CBC_MIN_NONZEROS`` or
     more, CBC runs in a child process on a copy of the model and sends back its status, bound and
     values: CBC's branch and bound has aborted with a double free in its postprocessing on a
-    128-layer model and then hung in its own crash handler (benchmarks/RESULTS.md, "CBC can abort"). A child that dies, or outlives its time limit by
-    ``CBC_GRACE_S``, counts as a run without a solution; the model in this process is never solved,
-    so the next run starts clean."""
+    128-layer model and then hung in its own crash handler (benchmarks/RESULTS.md, "CBC can
+    abort"). A child that dies, or outlives its time limit by ``CBC_GRACE_S``, counts as a run
+    without a solution; the model in this process is never solved, so the next run starts clean."""
     m = built.model
     if solver is None:
         solver = _mip_solver(m)

@@ -158,13 +158,12 @@ def test_milp_objective_equals_step_model_on_fixed_plans(shared):
         assert fixed_milp_value(p, L, L) == pytest.approx(p.predicted_step_time_s, rel=1e-5)
 
 
-def test_tight_budgets_randomized(trials=40, least_solved=10, least_infeasible=4):
-    """Budgets just above and below what plans need: no crash, every plan fits and its gap is valid
-    (40 draws here, 100 in the slow run)."""
+def test_tight_budgets_randomized():
+    """Budgets just above and below what plans need: no crash, every plan fits and its gap is valid."""
     rng = random.Random(2)
     t0 = time.perf_counter()
     solved = infeasible = 0
-    for trial in range(trials):
+    for trial in range(100):
         costs, hw = random_instance(rng, rng.randint(3, 6))
         base = sum(memory.constant_bytes(costs, hw).values())
         tight = hw.replace(device_memory=base + rng.uniform(-0.2, 3.0) * GB, host_memory=rng.uniform(0, 4) * GB,
@@ -180,10 +179,5 @@ def test_tight_budgets_randomized(trials=40, least_solved=10, least_infeasible=4
         assert p.fits(), trial
         assert 0.0 <= p.gap <= 1e-2 + 1e-9, (trial, p.gap)
         assert p.predicted_step_time_s == pytest.approx(timing.step_time(costs, tight, p), rel=1e-12)
-    assert solved >= least_solved and infeasible >= least_infeasible  # both sides of the frontier were exercised
+    assert solved >= 25 and infeasible >= 10  # both sides of the frontier were exercised
     print(f"{solved} solved, {infeasible} infeasible in {time.perf_counter() - t0:.1f} s")
-
-
-@pytest.mark.slow
-def test_tight_budgets_randomized_many():
-    test_tight_budgets_randomized(100, 25, 10)
