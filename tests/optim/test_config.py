@@ -53,6 +53,7 @@ def _with(tree, keys, value):
     return out
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("impl", ["xla", "native"])
 def test_per_unit_loop_equals_whole_tree_transform_on_a_real_model(impl):
     """Bit for bit with ``impl="xla"``. With ``"native"`` the per-unit step's update is the kernel's

@@ -73,6 +73,7 @@ def _sub(tree, keys):
     return tree
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("fmt,impl", [("dynamic8", "xla"), ("dynamic8", "native"), ("fp8", "auto"), ("fp32", "auto")])
 def test_layer_by_layer_equals_whole_tree(fmt, impl):
     """Bit for bit, both sides on one implementation (the native kernel runs dynamic8 state only),
