@@ -15,8 +15,8 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "xla_optimized: compiled with XLA's default optimizations (bit-for-bit comparisons "
-        "of two differently fused programs hold for optimized code only)")
+        "markers", "xla_optimized: compiled with XLA's optimizations (bit-for-bit comparisons of two "
+        "differently fused programs hold for optimized code only; long-running programs run faster)")
 
 
 @pytest.fixture(autouse=True)
@@ -26,9 +26,11 @@ def _xla_optimizations(request):
         return
     import jax
 
+    # the flag is not part of JAX's compilation caches' keys: what was compiled without
+    # optimizations is dropped before the test, and what the test compiled with them after it
     before = jax.config.values["jax_disable_most_optimizations"]
     jax.config.update("jax_disable_most_optimizations", False)
-    jax.clear_caches()  # the flag is not part of the compilation cache's key: drop what was built without it
+    jax.clear_caches()
     try:
         yield
     finally:

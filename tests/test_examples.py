@@ -44,7 +44,7 @@ def test_finetune_metamathqa_hugging_face_round(tmp_path, capsys):
     write_jsonl(tmp_path / "eval.jsonl", held)
     out = _run_example("finetune_metamathqa.py", [
         "--model", str(hf_in), "--data", str(tmp_path / "train.jsonl"), "--eval-data", str(tmp_path / "eval.jsonl"),
-        "--out", str(tmp_path / "run"), "--steps", "3", "--batch-size", "2", "--seq-len", "64",
+        "--out", str(tmp_path / "run"), "--steps", "3", "--batch-size", "1", "--seq-len", "64",
         "--device-memory", "1e9", "--max-new-tokens", "4", "--checkpoint-every", "2"], capsys)
     assert "exact match after" in out and "exported" in out
     exported = str(tmp_path / "run" / "hf")

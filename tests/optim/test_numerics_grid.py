@@ -118,6 +118,7 @@ def _check(fmt, configs, verbose=False):
     np.testing.assert_array_less(np.abs(ratio - 1.0), 0.02)
 
 
+@pytest.mark.xla_optimized
 def test_grid_subset_dynamic8():
     """Default run: 4 configs spanning the grid's corners, default state format."""
     configs = [(3e-3, 0.999, 1e-8, 0.0, None), (3e-3, 0.95, 1e-8, 0.1, 1.0),
