@@ -8,8 +8,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The suite compiles about 2,000 tiny programs and runs each for milliseconds: compiling was two
 # thirds of its time, and LLVM's optimizations a third of that. They are off here (subprocesses
-# inherit it), except in tests marked ``xla_optimized``; JAX_DISABLE_MOST_OPTIMIZATIONS=0 turns
-# them on everywhere.
+# inherit it), except in tests marked ``xla_optimized``; JAX_DISABLE_MOST_OPTIMIZATIONS=0 keeps them
+# on everywhere.
+_ALL_OPTIMIZED = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS") == "0"
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
@@ -19,20 +20,19 @@ def pytest_configure(config):
         "differently fused programs hold for optimized code only; long-running programs run faster)")
 
 
+_OPTIMIZED = [_ALL_OPTIMIZED]  # whether this process compiles with XLA's optimizations now
+
+
 @pytest.fixture(autouse=True)
 def _xla_optimizations(request):
-    if request.node.get_closest_marker("xla_optimized") is None:
-        yield
-        return
-    import jax
+    """Switches XLA's optimizations on for a test marked ``xla_optimized`` and off for any other,
+    where the mode changes. The flag is not part of JAX's compilation caches' keys: they are
+    cleared at each switch, so no program compiled in one mode runs in the other."""
+    wanted = _ALL_OPTIMIZED or request.node.get_closest_marker("xla_optimized") is not None
+    if wanted != _OPTIMIZED[0]:
+        import jax
 
-    # the flag is not part of JAX's compilation caches' keys: what was compiled without
-    # optimizations is dropped before the test, and what the test compiled with them after it
-    before = jax.config.values["jax_disable_most_optimizations"]
-    jax.config.update("jax_disable_most_optimizations", False)
-    jax.clear_caches()
-    try:
-        yield
-    finally:
-        jax.config.update("jax_disable_most_optimizations", before)
+        jax.config.update("jax_disable_most_optimizations", not wanted)
         jax.clear_caches()
+        _OPTIMIZED[0] = wanted
+    yield
