@@ -14,12 +14,6 @@ _ALL_OPTIMIZED = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS") == "0"
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "xla_optimized: compiled with XLA's optimizations (bit-for-bit comparisons of two "
-        "differently fused programs hold for optimized code only; long-running programs run faster)")
-
-
 _OPTIMIZED = [_ALL_OPTIMIZED]  # whether this process compiles with XLA's optimizations now
 
 

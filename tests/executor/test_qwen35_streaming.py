@@ -39,10 +39,10 @@ def reference(batch_size: int):
 
 
 @functools.lru_cache(maxsize=None)
-def order_floor(batch_size: int, counts: tuple = (2, 4)):
+def order_floor(batch_size: int, micro_batches: tuple = (2, 4)):
     """Per gradient leaf, how far the resident fp32 gradient itself moves when the batch is taken
-    in ``counts`` micro-batches (2 or 4) (their gradients weighted by their counted tokens and summed) instead
-    of at once: the leaf's own rounding under another summation order. The Gated DeltaNet's
+    in each of ``micro_batches`` micro-batches (their gradients weighted by their counted tokens and
+    summed) instead of at once: the leaf's own rounding under another summation order. The Gated DeltaNet's
     ``A_log`` and ``dt_bias`` gradients are sums over every token with cancellation: up to 6.5e-6
     of the leaf's largest element at batch 8 (every other leaf at most 1.4e-6, so its tolerance
     stays ``TOL``), where the streamed engine, compiled per layer and per micro-batch, came within
@@ -51,7 +51,7 @@ def order_floor(batch_size: int, counts: tuple = (2, 4)):
     model = hybrid_model()
     batch, _, whole = reference(batch_size)
     floors = jax.tree.map(lambda _: 0.0, whole)
-    for m in (m for m in counts if batch_size % m == 0):
+    for m in (m for m in micro_batches if batch_size % m == 0):
         b = batch_size // m
         parts = [{k: v[i * b:(i + 1) * b] for k, v in batch.items()} for i in range(m)]
         counts = [int(np.sum(np.asarray(shift_labels(p["labels"])) != IGNORE_INDEX)) for p in parts]
@@ -62,10 +62,10 @@ def order_floor(batch_size: int, counts: tuple = (2, 4)):
     return floors
 
 
-def check(plan, counts=(2, 4)):
+def check(plan, micro_batches=(2, 4)):
     model = hybrid_model()
     batch, ref_loss, ref_grads = reference(plan.batch_size)
-    tols = jax.tree.map(lambda f: max(TOL, ORDER_FACTOR * f), order_floor(plan.batch_size, counts))
+    tols = jax.tree.map(lambda f: max(TOL, ORDER_FACTOR * f), order_floor(plan.batch_size, micro_batches))
     optimizer = lt.optim.adamw_8bit(learning_rate=1e-3, eps=1e-3)
     with lt.StreamingEngine(model, plan, optimizer, stream_dtype="float32", audit_memory=True) as eng:
         assert_streamed_equals_resident(eng, plan, batch, ref_loss, ref_grads, TOL, grad_tols=tols)
@@ -89,7 +89,7 @@ def test_random_plans_on_the_hybrid_stack():
     chosen = plans(7, 3, num_micro_batches=2)
     assert any("drop" in p.boundary_tiers for p in chosen) and any("host" in p.boundary_tiers for p in chosen)
     for plan in chosen:
-        check(plan, counts=(2,))
+        check(plan, micro_batches=(2,))
 
 
 @pytest.mark.slow
