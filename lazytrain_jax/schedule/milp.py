@@ -89,7 +89,8 @@ and CBC 80 s (36.14 s, 1.65 % unproved). The reported gap is
 LP relaxations (the bounds that prove a plan within ``rel_gap``) are solved by HiGHS' interior
 point method through scipy (``_relaxed``; CLP, CBC's own LP solver, as the fallback): the same
 optimum, 2-6x faster on 64-128 layers. The
-code is split into ``build`` (the model), ``lp_bound`` (its relaxation), ``solve`` and ``decode``.
+code is split into ``build`` (the model), ``lp_bound`` (its relaxation), ``solve`` (``_Solve``: the
+union phase, the depth phase, ``branch`` on one depth pair and the result) and ``decode``.
 """
 
 from __future__ import annotations
@@ -987,14 +988,6 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     stats = {} if stats is None else stats
     stats.update(search_s=0.0, lp_s=0.0, lp_solves=0, neighbourhood_s=0.0, rens_s=0.0, rens_runs=0, bb_s=0.0, bb_runs=0,
                  proof="depth_lps")
-
-    def timed_lp(built, solver="auto"):
-        t = time.perf_counter()
-        value = _relaxed(built, solver=solver)
-        stats["lp_s"] += time.perf_counter() - t
-        stats["lp_solves"] += 1
-        return value
-
     kw = dict(max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
               residual_offload=residual_offload, verbose=verbose)
     if objective == "memory":
@@ -1005,342 +998,431 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         return decode(built, costs, hardware, status=status, bound=None, solve_time_s=time.perf_counter() - t0)
     if objective != "time":
         raise ValueError(f"objective={objective!r}; valid: ['time', 'memory']")
-    L = costs.num_layers
-    S = max(1, min(max_segment_length, L))
-    K = max(0, min(max_resident_tail, L))
-    found = None
-    union_built = union_lp = None
-    if rel_gap > 0 and len(depths) > 1 and (search_evaluations >= 0 or warm_start is not None):
-        # one LP for all depth pairs (its plan is checked against it below). Built here; a large
-        # one is then solved by HiGHS in a thread while the search runs (HiGHS releases the
-        # interpreter lock, building and reading the model do not)
-        t = time.perf_counter()
-        union_built = build(costs, hardware, union=True, **kw)
-        arrays = _highs_arrays(union_built.model) if union_built.model.num_nz >= HIGHS_MIN_NONZEROS else None
-        union_point = []  # the union LP's solution, when HiGHS solved it
-        stats["lp_s"] += time.perf_counter() - t
-        if arrays is not None:
-            def timed_highs():
-                t = time.perf_counter()
-                value = _highs_solve(arrays, union_point)
-                return value, time.perf_counter() - t
-            pool = concurrent.futures.ThreadPoolExecutor(1)
-            union_lp = pool.submit(timed_highs)
-            pool.shutdown(wait=False)
-    if search_evaluations >= 0:
-        t = time.perf_counter()
-        found = search.heuristic_plan(costs, hardware, max_segment_length=S, max_resident_tail=K,
-                                      max_evaluations=search_evaluations, starts=[warm_start],
-                                      residual_offload=residual_offload)
-        stats["search_s"] = time.perf_counter() - t
-    best, best_bound = None, float("inf")
-    if warm_start is not None and not residual_offload and any(warm_start.offload_residuals):
-        warm_start = None  # outside the space asked for
-    starts = [q for q in (_at_depths(p, dw, da) for p in (found, warm_start) for dw, da in depths) if q is not None]
-    incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
-    union = None
-    if union_lp is not None:
-        union, seconds = union_lp.result()
-        stats["lp_s"] += seconds
-        stats["lp_solves"] += 1
-    if union_built is not None and union is None:  # a small model (CLP), or HiGHS could not say
-        union = timed_lp(union_built, "auto" if union_lp is None else "clp")
-    searched = {}  # (dw, da) -> the search's plan for that depth pair (_search_for_depths)
+    run = _Solve(costs, hardware, kw, t0=t0, time_limit_s=time_limit_s, rel_gap=rel_gap, warm_start=warm_start,
+                 cutoff=cutoff, depths=depths, search_evaluations=search_evaluations, max_nodes=max_nodes,
+                 stats=stats)
+    plan = run.union_phase()
+    return plan if plan is not None else run.depth_phase()
 
-    def search_at(dw, da):
-        if (dw, da) not in searched:
+
+class _Solve:
+    """One ``solve(objective="time")``: the state its phases share and the phases themselves.
+
+    ``union_phase`` (one LP for every depth pair, beside the search; then the LP's neighbourhoods,
+    the searches at the other depth pairs, the splits of the union LP and HiGHS' roots on its
+    halves) returns the plan where that proves it; ``depth_phase`` then takes each depth pair (its
+    LP, the search for it, local search and neighbourhoods at its depths) and ``branch``es on the
+    pairs still open, and ``result`` reports the best plan with the gap of every pair's bound.
+    """
+
+    def __init__(self, costs, hardware, kw, *, t0, time_limit_s, rel_gap, warm_start, cutoff, depths,
+                 search_evaluations, max_nodes, stats):
+        self.costs, self.hardware, self.kw, self.t0 = costs, hardware, kw, t0
+        self.time_limit_s, self.rel_gap, self.cutoff, self.depths = time_limit_s, rel_gap, cutoff, depths
+        self.search_evaluations, self.max_nodes, self.stats = search_evaluations, max_nodes, stats
+        self.residual_offload = kw["residual_offload"]
+        L = self.L = costs.num_layers
+        self.S = max(1, min(kw["max_segment_length"], L))
+        self.K = max(0, min(kw["max_resident_tail"], L))
+        self.found = None          # the search's plan (depths 1)
+        self.union_built = None    # the LP for every depth pair (built when rel_gap > 0 and depths vary)
+        self.arrays = None         # its HiGHS arrays (large models)
+        self.union_point = []      # the union LP's solution, when HiGHS solved it
+        self.union = None          # its value (raised by the splits)
+        self.searched = {}         # (dw, da) -> the search's plan for that depth pair (_search_for_depths)
+        self.polished = {}         # id(plan) -> (plan, its polished plan, whether with the full budget)
+        self.prebuilt = {}         # (dw, da) -> that depth pair's model, built by the union phase (_rens)
+        self.depth_bounds = {}     # weight prefetch depth -> a bound on its depth pairs (_depth_split)
+        self.depth_points = {}     # weight prefetch depth -> that bound's LP solution
+        self.rens_done = set()     # the depth pairs rens_at has run at
+        self.carried = None        # the union phase's best plan, when the union LP does not prove it
+        self.far = None            # the depth pair HiGHS starts with, when that plan is far from the union LP
+        self.best, self.best_bound = None, float("inf")
+        self.heuristic = None      # the best unproved plan of the depth phase (rel_gap > 0)
+        self.incumbent = None      # the union phase's best plan
+        # HiGHS' branch and cut follows for models this large (``_mip_solver``): the depth pairs'
+        # cheap part (LP, search, neighbourhoods) is then left to it
+        self.direct = False
+        union_lp = None
+        if rel_gap > 0 and len(depths) > 1 and (search_evaluations >= 0 or warm_start is not None):
+            # one LP for all depth pairs (its plan is checked against it below). Built here; a large
+            # one is then solved by HiGHS in a thread while the search runs (HiGHS releases the
+            # interpreter lock, building and reading the model do not)
             t = time.perf_counter()
-            searched[dw, da] = _at_depths(_search_for_depths(costs, hardware, dw, da, S, K, search_evaluations,
-                                                             residual_offload), dw, da)
-            stats["search_s"] += time.perf_counter() - t
-        return searched[dw, da]
+            self.union_built = build(costs, hardware, union=True, **kw)
+            arrays = self.arrays = (_highs_arrays(self.union_built.model)
+                                    if self.union_built.model.num_nz >= HIGHS_MIN_NONZEROS else None)
+            stats["lp_s"] += time.perf_counter() - t
+            if arrays is not None:
+                def timed_highs():
+                    t = time.perf_counter()
+                    value = _highs_solve(arrays, self.union_point)
+                    return value, time.perf_counter() - t
+                pool = concurrent.futures.ThreadPoolExecutor(1)
+                union_lp = pool.submit(timed_highs)
+                pool.shutdown(wait=False)
+        if search_evaluations >= 0:
+            t = time.perf_counter()
+            self.found = search.heuristic_plan(costs, hardware, max_segment_length=self.S, max_resident_tail=self.K,
+                                               max_evaluations=search_evaluations, starts=[warm_start],
+                                               residual_offload=self.residual_offload)
+            stats["search_s"] = time.perf_counter() - t
+        if warm_start is not None and not self.residual_offload and any(warm_start.offload_residuals):
+            warm_start = None  # outside the space asked for
+        self.warm_start = warm_start
+        starts = [q for q in (_at_depths(p, dw, da) for p in (self.found, warm_start) for dw, da in depths)
+                  if q is not None]
+        self.incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
+        if union_lp is not None:
+            self.union, seconds = union_lp.result()
+            stats["lp_s"] += seconds
+            stats["lp_solves"] += 1
+        if self.union_built is not None and self.union is None:  # a small model (CLP), or HiGHS could not say
+            self.union = self.timed_lp(self.union_built, "auto" if union_lp is None else "clp")
+        self.direct = rel_gap > 0 and self.union_built is not None and _mip_solver(self.union_built.model) == "highs"
 
-    polished = {}  # id(plan) -> (plan, its polished plan, whether with the full budget)
+    # -- shared steps ------------------------------------------------------------------------
 
-    def polish(plan, quick=False):
+    def timed_lp(self, built, solver="auto"):
+        t = time.perf_counter()
+        value = _relaxed(built, solver=solver)
+        self.stats["lp_s"] += time.perf_counter() - t
+        self.stats["lp_solves"] += 1
+        return value
+
+    def search_at(self, dw, da):
+        if (dw, da) not in self.searched:
+            t = time.perf_counter()
+            self.searched[dw, da] = _at_depths(_search_for_depths(self.costs, self.hardware, dw, da, self.S, self.K,
+                                                                  self.search_evaluations, self.residual_offload),
+                                               dw, da)
+            self.stats["search_s"] += time.perf_counter() - t
+        return self.searched[dw, da]
+
+    def polish(self, plan, quick=False):
         """``search.polish(plan)``, once per plan. ``quick``: a quarter of the budget (most of the
         full budget goes to the last pass, which finds no move: qwen3-32b, 64 layers, 200
         evaluations reach 40.952 s in 0.41 s, 750 reach 40.951 s in 1.49 s); a later full polish
         continues from the quick one's plan."""
-        entry = polished.get(id(plan))
+        entry = self.polished.get(id(plan))
         if entry is not None and (entry[2] or quick):
             return entry[1]
         t = time.perf_counter()
-        budget = max(1, search.POLISH_WORK // (4 * L)) if quick else None
-        result = search.polish(entry[1] if entry is not None else plan, max_segment_length=S,
-                               max_evaluations=budget, residual_offload=residual_offload)
-        polished[id(plan)] = (plan, result, not quick)
-        stats["search_s"] += time.perf_counter() - t
+        budget = max(1, search.POLISH_WORK // (4 * self.L)) if quick else None
+        result = search.polish(entry[1] if entry is not None else plan, max_segment_length=self.S,
+                               max_evaluations=budget, residual_offload=self.residual_offload)
+        self.polished[id(plan)] = (plan, result, not quick)
+        self.stats["search_s"] += time.perf_counter() - t
         return result
 
-    def improve(built, plan, lp):
+    def improve(self, built, plan, lp):
         """``plan``, or where its depth pair's LP does not prove it, the best boundary tiers for its
         path and residuals (``_tier_neighbourhood``: a small MILP on this model, the rest fixed),
         then more residuals kept with the tiers that make their room (``_residual_neighbourhood``)."""
-        if plan is None or plan.predicted_step_time_s - lp <= rel_gap * plan.predicted_step_time_s:
+        if plan is None or plan.predicted_step_time_s - lp <= self.rel_gap * plan.predicted_step_time_s:
             return plan
         t = time.perf_counter()
-        q = _tier_neighbourhood(built, plan, costs, hardware, time_limit_s)
+        q = _tier_neighbourhood(built, plan, self.costs, self.hardware, self.time_limit_s)
         if q is not None and q.predicted_step_time_s < plan.predicted_step_time_s:
             plan = q
-        plan = _residual_neighbourhood(built, plan, costs, hardware, time_limit_s)
-        stats["neighbourhood_s"] += time.perf_counter() - t
+        plan = _residual_neighbourhood(built, plan, self.costs, self.hardware, self.time_limit_s)
+        self.stats["neighbourhood_s"] += time.perf_counter() - t
         return plan
 
-    def union_proves(plan, raised=0.0):
+    def union_proves(self, plan, raised=0.0):
         """Whether the union LP (``raised`` seconds higher) proves ``plan`` within rel_gap."""
         value = plan.predicted_step_time_s
-        return (cutoff is None or value < cutoff) and value - (union + raised) <= rel_gap * value
+        return (self.cutoff is None or value < self.cutoff) and value - (self.union + raised) <= self.rel_gap * value
 
-    prebuilt = {}   # (dw, da) -> that depth pair's model, built by the union phase (_rens)
-    depth_bounds = {}  # weight prefetch depth -> a bound on its depth pairs (_depth_split)
-    depth_points = {}  # weight prefetch depth -> that bound's LP solution
-    rens_done = set()  # the depth pairs rens_at has run at
-
-    def counted(neighbourhood, *args):
+    def counted(self, neighbourhood, *args):
         """``neighbourhood(*args)``, its seconds and run counted in ``stats`` (``rens_s``, ``rens_runs``)."""
         t = time.perf_counter()
         found = neighbourhood(*args)
-        stats["rens_s"] += time.perf_counter() - t
-        stats["rens_runs"] += 1
+        self.stats["rens_s"] += time.perf_counter() - t
+        self.stats["rens_runs"] += 1
         return found
 
-    def rens_at(built, point):
+    def rens_at(self, built, point):
         """_rens at ``built``'s depth pair from ``point`` (a solution of the union LP, or of one of
         its halves), its plan's boundary tiers then chosen again (``_tier_neighbourhood``, where the
         union LP does not prove it): the plan, or None. Once per depth pair."""
-        rens_done.add((built.weight_prefetch_depth, built.act_prefetch_depth))
+        self.rens_done.add((built.weight_prefetch_depth, built.act_prefetch_depth))
 
         def run():
-            q = _rens(built, union_built, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
-            if q is not None and not union_proves(q):
-                better = _tier_neighbourhood(built, q, costs, hardware, time_limit_s, gap=RENS_GAP * rel_gap)
+            q = _rens(built, self.union_built, point, self.costs, self.hardware, self.rel_gap, self.time_limit_s,
+                      self.max_nodes)
+            if q is not None and not self.union_proves(q):
+                better = _tier_neighbourhood(built, q, self.costs, self.hardware, self.time_limit_s,
+                                             gap=RENS_GAP * self.rel_gap)
                 if better is not None and better.predicted_step_time_s < q.predicted_step_time_s:
                     q = better
             return q
-        return counted(run)
+        return self.counted(run)
 
-    carried = None  # the union phase's best plan, when the union LP does not prove it
-    far = None      # the depth pair HiGHS starts with, when that plan is far from the union LP
-    # HiGHS' branch and cut follows for models this large (``_mip_solver``): the depth pairs'
-    # cheap part (LP, search, neighbourhoods) is then left to it
-    direct = rel_gap > 0 and union_built is not None and _mip_solver(union_built.model) == "highs"
-    if incumbent is not None and union is not None:
+    def build_at(self, dw, da):
+        return build(self.costs, self.hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **self.kw)
+
+    # -- the union phase ---------------------------------------------------------------------
+
+    def union_phase(self):
+        """The union LP against the best start, then (unproved) the LP's neighbourhoods and the
+        searches at the other depth pairs, in the order that suits the start's distance from the
+        LP, the residual offload split and HiGHS' roots on the union model's halves: the plan where
+        these prove it, else None (the best plan so far carried into ``depth_phase``)."""
+        if self.incumbent is None or self.union is None:
+            return None
+        rel_gap, cutoff = self.rel_gap, self.cutoff
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed.
         # Where it does not, the search's plans for the other depth pairs are tried against it
         # before the per-depth LPs, and then the best of them polished at its own depths (the
         # search's model plays depth 1: qwen3-32b at 64 layers, 41.53 s at depths (1, 2) -> 40.95 s)
-        value = incumbent.predicted_step_time_s
-        if direct and union_point and value - union > UNION_SEARCH_GAPS * rel_gap * value:
+        value = self.incumbent.predicted_step_time_s
+        if self.direct and self.union_point and value - self.union > UNION_SEARCH_GAPS * rel_gap * value:
             # far from the union LP: the search at the other depth pairs (2.5 s each at 128
             # layers) is skipped, and HiGHS, if it branches, starts at the pair the LP leans to
-            far = _leaning(union_point[0], union_built, depths)[0]
-
-        def rens_in_union_phase(point):
-            """rens_at the depth pair of ``depths`` that ``point`` leans to most, if not yet tried;
-            the incumbent is replaced by a faster plan."""
-            nonlocal incumbent
-            d = _leaning(point, union_built, depths)[0]
-            if d in rens_done:
-                return
-            built = prebuilt[d] = build(costs, hardware, weight_prefetch_depth=d[0], act_prefetch_depth=d[1], **kw)
-            q = rens_at(built, point)
-            if q is not None and q.predicted_step_time_s < incumbent.predicted_step_time_s:
-                incumbent = q
-
-        weights = sorted({d[0] for d in depths})
-
-        def neighbourhoods():
-            """The union LP's solution, its fractional part solved exactly at the depth pair it
-            leans to (``rens_at``): random NVMe instances, 128 layers: plans within 0.8-1.0 % of
-            the union LP, where the search left 3-4 %. Then, still unproved, the union LP with the
-            weight prefetch depth fixed at each depth (two LPs, in parallel): one bound per half of
-            the depth pairs, the lower raising the union LP's; and _rens from the solution of each
-            half that leaves room (the lower first)."""
-            nonlocal union, depth_bounds, depth_points
-            if not direct or not union_point or union_proves(incumbent):
-                return
-            rens_in_union_phase(union_point[0])
-            if union_proves(incumbent) or len(weights) < 2:
-                return
-            t = time.perf_counter()
-            depth_bounds, depth_points = _depth_split(union_built, arrays)
-            stats["lp_s"] += time.perf_counter() - t
-            stats["lp_solves"] += 2
-            union = max(union, min(depth_bounds[dw] for dw in weights))
-            for dw in sorted(weights, key=lambda dw: depth_bounds[dw]):
-                if union_proves(incumbent):
-                    break
-                if dw in depth_points and depth_bounds[dw] < _limit(cutoff, incumbent) * (1 - rel_gap):
-                    rens_in_union_phase(depth_points[dw])
-
-        def searches():
-            """The search at the other depth pairs (not where the start is far from the union LP),
-            then the best plan polished at its own depths."""
-            nonlocal incumbent
-            if union_proves(incumbent) or search_evaluations < 0:
-                return
-            for dw, da in (() if far else _leaning(union_point[0], union_built, depths) if union_point else depths):
-                if union_proves(incumbent):
-                    break
-                q = search_at(dw, da) if (dw, da) != (1, 1) else None
-                if q is not None and q.predicted_step_time_s < incumbent.predicted_step_time_s:
-                    incumbent = q
-                    if union_point and not union_proves(incumbent):
-                        # polished at once: the search's own model plays depth 1, so a deeper
-                        # pair's plan gains most from local search at its own depths
-                        q = polish(incumbent, quick=True)
-                        if q.predicted_step_time_s < incumbent.predicted_step_time_s:
-                            incumbent = q
-            if not union_proves(incumbent):
-                q = polish(incumbent, quick=True)
-                if q.predicted_step_time_s < incumbent.predicted_step_time_s:
-                    incumbent = q
-
+            self.far = _leaning(self.union_point[0], self.union_built, self.depths)[0]
         # a start far from the union LP: the LP's neighbourhoods first (the searches found nothing
         # within 1 % on the random instances); near it, the searches (qwen3-32b, 64 layers: proved
         # by the search at depths (1, 2), polished, where the union LP leans to (1, 1))
-        for phase in ((neighbourhoods, searches) if far else (searches, neighbourhoods)):
+        for phase in ((self.neighbourhoods, self.searches) if self.far else (self.searches, self.neighbourhoods)):
             phase()
-        if not union_proves(incumbent) and _staging_paid_in_part(union_built, union_point) and union_proves(
-                incumbent, raised=_offload_split_gain(union_built, union_point, costs)):
+        incumbent = self.incumbent
+        if not self.union_proves(incumbent) and _staging_paid_in_part(self.union_built, self.union_point) and \
+                self.union_proves(incumbent, raised=_offload_split_gain(self.union_built, self.union_point, self.costs)):
             # the residual offload's staging, paid only in part by the LP: split on it
             t = time.perf_counter()
-            union = max(union, _offload_split(union_built, arrays))
-            stats["lp_s"] += time.perf_counter() - t
-            stats["lp_solves"] += 2
-        if not union_proves(incumbent) and direct and depth_bounds and (
+            self.union = max(self.union, _offload_split(self.union_built, self.arrays))
+            self.stats["lp_s"] += time.perf_counter() - t
+            self.stats["lp_solves"] += 2
+        if not self.union_proves(incumbent) and self.direct and self.depth_bounds and (
                 cutoff is None or incumbent.predicted_step_time_s < cutoff):
             # HiGHS' root on each half of the union model the split left open, asked only for a
             # plan rel_gap faster: where none exists the half's depth pairs are ruled out (random
             # host-only 128-layer instances: 1.1-3.7 s a half, both halves side by side, where each
             # depth pair's neighbourhoods and root took 1.8-4.6 s)
             bar = incumbent.predicted_step_time_s * (1 - rel_gap)
-            halves = [dw for dw in weights if depth_bounds[dw] < bar]
+            halves = [dw for dw in self.weights() if self.depth_bounds[dw] < bar]
             t = time.perf_counter()
-            settled = _half_roots(union_built, arrays, bar, halves, rel_gap, time_limit_s)
-            stats["bb_s"] += time.perf_counter() - t
-            stats["bb_runs"] += len(halves)
+            settled = _half_roots(self.union_built, self.arrays, bar, halves, rel_gap, self.time_limit_s)
+            self.stats["bb_s"] += time.perf_counter() - t
+            self.stats["bb_runs"] += len(halves)
             for dw, none_below in settled.items():
                 if none_below:
-                    depth_bounds[dw] = bar  # the per-depth phase below skips this half's pairs
-            if all(depth_bounds[dw] >= bar for dw in weights):
-                stats["proof"] = "highs"
+                    self.depth_bounds[dw] = bar  # the per-depth phase below skips this half's pairs
+            if all(self.depth_bounds[dw] >= bar for dw in self.weights()):
+                self.stats["proof"] = "highs"
                 return incumbent.replace(name="milp", solver_status="optimal", gap=rel_gap,
-                                         solve_time_s=time.perf_counter() - t0)
-        if union_proves(incumbent):
+                                         solve_time_s=time.perf_counter() - self.t0)
+        if self.union_proves(incumbent):
             value = incumbent.predicted_step_time_s
-            stats["proof"] = "union_lp"
-            return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - union) / value),
-                                     solve_time_s=time.perf_counter() - t0)
+            self.stats["proof"] = "union_lp"
+            return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - self.union) / value),
+                                     solve_time_s=time.perf_counter() - self.t0)
         if rel_gap > 0 and (cutoff is None or incumbent.predicted_step_time_s < cutoff):
-            carried = incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
-    # per depth pair, first the cheap part (its LP, the search for it, local search at its depths),
-    # for every pair; CBC only afterwards, for the pairs whose LP still leaves room below the best
-    # plan any of them gave (a plan found at depths (1, 2) can spare CBC's run at (1, 1))
-    heuristic = carried   # the best unproved plan of the cheap part (rel_gap > 0)
-    pending = []
-    if carried is not None:  # its own depth pair first (or the one the union LP leans to)
-        own = far or (carried.weight_prefetch_depth, carried.act_prefetch_depth)
-        depths = sorted(depths, key=lambda d: d != own)
-    for dw, da in depths:
-        limit = _limit(cutoff, best, heuristic)
-        if dw in depth_bounds and limit is not None and depth_bounds[dw] >= limit * (1 - rel_gap):
-            best_bound = min(best_bound, depth_bounds[dw])
-            continue  # ruled out with its whole half of the depth pairs, before its model is built
-        built = prebuilt.get((dw, da)) or build(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **kw)
-        start_plan = _at_depths(found, dw, da) or _at_depths(warm_start, dw, da)
-        if best is not None and (start_plan is None or best.predicted_step_time_s <= start_plan.predicted_step_time_s):
-            start_plan = None
-        if direct and _mip_solver(built.model) == "highs":
-            # HiGHS' branch and cut proves or improves the best plan so far at these depths by
-            # itself: the cheap part below (search, neighbourhoods) would only repeat its work.
-            # The pair's LP still rules it out first, unless it is the union phase's own pair
-            # (which the union LP did not prove: HiGHS solves that LP at its root anyway)
-            pending.append((built, None, start_plan))
-            continue
-        limit = _limit(cutoff, best, heuristic)
-        lp = timed_lp(built) if rel_gap > 0 or best is not None else None
-        if lp is not None:
-            if limit is not None and lp >= limit * (1 - rel_gap):
-                best_bound = min(best_bound, lp)
-                continue  # nothing at these depths beats the best by more than the tolerance
-            if search_evaluations >= 0 and (dw, da) != (1, 1):
-                # a better plan may exist here: search again, with the room of the deeper buffers
-                # held back, for a start that fits at these depths; if the LP does not prove the
-                # better of it and the start, improve that by local search on the step model itself
-                # at these depths (the search's own model plays depth 1)
-                q = search_at(dw, da)
-                if start_plan is not None and (q is None or start_plan.predicted_step_time_s <= q.predicted_step_time_s):
-                    q = start_plan
-                if q is not None and q.predicted_step_time_s - lp > rel_gap * q.predicted_step_time_s:
-                    q = polish(q)
-                q = improve(built, q, lp)
-                if q is not None and (limit is None or q.predicted_step_time_s < limit) and (
-                        start_plan is None or q.predicted_step_time_s < start_plan.predicted_step_time_s):
-                    start_plan = q
-            elif search_evaluations >= 0:
-                start_plan = improve(built, start_plan, lp)
-            value = start_plan.predicted_step_time_s if start_plan is not None else None
-            if start_plan is not None and (limit is None or value < limit) and value - lp <= rel_gap * value:
-                # the root LP bound already proves the start within rel_gap: what CBC would
-                # conclude at its root, without its preprocessing (seconds at 100+ layers)
-                best = start_plan.replace(name="milp", solver_status="optimal")
-                best_bound = min(best_bound, lp)
+            self.carried = incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
+        return None
+
+    def weights(self):
+        return sorted({d[0] for d in self.depths})
+
+    def rens_in_union_phase(self, point):
+        """rens_at the depth pair of ``depths`` that ``point`` leans to most, if not yet tried;
+        the incumbent is replaced by a faster plan."""
+        d = _leaning(point, self.union_built, self.depths)[0]
+        if d in self.rens_done:
+            return
+        built = self.prebuilt[d] = self.build_at(*d)
+        q = self.rens_at(built, point)
+        if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+            self.incumbent = q
+
+    def neighbourhoods(self):
+        """The union LP's solution, its fractional part solved exactly at the depth pair it
+        leans to (``rens_at``): random NVMe instances, 128 layers: plans within 0.8-1.0 % of
+        the union LP, where the search left 3-4 %. Then, still unproved, the union LP with the
+        weight prefetch depth fixed at each depth (two LPs, in parallel): one bound per half of
+        the depth pairs, the lower raising the union LP's; and _rens from the solution of each
+        half that leaves room (the lower first)."""
+        if not self.direct or not self.union_point or self.union_proves(self.incumbent):
+            return
+        self.rens_in_union_phase(self.union_point[0])
+        weights = self.weights()
+        if self.union_proves(self.incumbent) or len(weights) < 2:
+            return
+        t = time.perf_counter()
+        self.depth_bounds, self.depth_points = _depth_split(self.union_built, self.arrays)
+        self.stats["lp_s"] += time.perf_counter() - t
+        self.stats["lp_solves"] += 2
+        self.union = max(self.union, min(self.depth_bounds[dw] for dw in weights))
+        for dw in sorted(weights, key=lambda dw: self.depth_bounds[dw]):
+            if self.union_proves(self.incumbent):
+                break
+            if dw in self.depth_points and self.depth_bounds[dw] < _limit(self.cutoff, self.incumbent) * (1 - self.rel_gap):
+                self.rens_in_union_phase(self.depth_points[dw])
+
+    def searches(self):
+        """The search at the other depth pairs (not where the start is far from the union LP),
+        then the best plan polished at its own depths."""
+        if self.union_proves(self.incumbent) or self.search_evaluations < 0:
+            return
+        pairs = (() if self.far else _leaning(self.union_point[0], self.union_built, self.depths) if self.union_point
+                 else self.depths)
+        for dw, da in pairs:
+            if self.union_proves(self.incumbent):
+                break
+            q = self.search_at(dw, da) if (dw, da) != (1, 1) else None
+            if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+                self.incumbent = q
+                if self.union_point and not self.union_proves(self.incumbent):
+                    # polished at once: the search's own model plays depth 1, so a deeper
+                    # pair's plan gains most from local search at its own depths
+                    q = self.polish(self.incumbent, quick=True)
+                    if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+                        self.incumbent = q
+        if not self.union_proves(self.incumbent):
+            q = self.polish(self.incumbent, quick=True)
+            if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+                self.incumbent = q
+
+    # -- the depth phase ---------------------------------------------------------------------
+
+    def depth_phase(self):
+        """Per depth pair, first the cheap part (its LP, the search for it, local search at its
+        depths), for every pair; branch and bound only afterwards, for the pairs whose LP still
+        leaves room below the best plan any of them gave (a plan found at depths (1, 2) can spare
+        CBC's run at (1, 1)). Returns ``result()``."""
+        rel_gap, cutoff = self.rel_gap, self.cutoff
+        self.heuristic = self.carried   # the best unproved plan of the cheap part (rel_gap > 0)
+        pending = []
+        depths = self.depths
+        if self.carried is not None:  # its own depth pair first (or the one the union LP leans to)
+            own = self.far or (self.carried.weight_prefetch_depth, self.carried.act_prefetch_depth)
+            depths = sorted(depths, key=lambda d: d != own)
+        for dw, da in depths:
+            limit = _limit(cutoff, self.best, self.heuristic)
+            if dw in self.depth_bounds and limit is not None and self.depth_bounds[dw] >= limit * (1 - rel_gap):
+                self.best_bound = min(self.best_bound, self.depth_bounds[dw])
+                continue  # ruled out with its whole half of the depth pairs, before its model is built
+            built = self.prebuilt.get((dw, da)) or self.build_at(dw, da)
+            start_plan = _at_depths(self.found, dw, da) or _at_depths(self.warm_start, dw, da)
+            if self.best is not None and (start_plan is None or
+                                          self.best.predicted_step_time_s <= start_plan.predicted_step_time_s):
+                start_plan = None
+            if self.direct and _mip_solver(built.model) == "highs":
+                # HiGHS' branch and cut proves or improves the best plan so far at these depths by
+                # itself: the cheap part below (search, neighbourhoods) would only repeat its work.
+                # The pair's LP still rules it out first, unless it is the union phase's own pair
+                # (which the union LP did not prove: HiGHS solves that LP at its root anyway)
+                pending.append((built, None, start_plan))
                 continue
-            if start_plan is not None and rel_gap > 0 and (heuristic is None or value < heuristic.predicted_step_time_s):
-                heuristic = start_plan
-        pending.append((built, lp, start_plan))
-    def branch(built, lp, start_plan, point=None):
+            limit = _limit(cutoff, self.best, self.heuristic)
+            lp = self.timed_lp(built) if rel_gap > 0 or self.best is not None else None
+            if lp is not None:
+                if limit is not None and lp >= limit * (1 - rel_gap):
+                    self.best_bound = min(self.best_bound, lp)
+                    continue  # nothing at these depths beats the best by more than the tolerance
+                if self.search_evaluations >= 0 and (dw, da) != (1, 1):
+                    # a better plan may exist here: search again, with the room of the deeper buffers
+                    # held back, for a start that fits at these depths; if the LP does not prove the
+                    # better of it and the start, improve that by local search on the step model itself
+                    # at these depths (the search's own model plays depth 1)
+                    q = self.search_at(dw, da)
+                    if start_plan is not None and (q is None or
+                                                   start_plan.predicted_step_time_s <= q.predicted_step_time_s):
+                        q = start_plan
+                    if q is not None and q.predicted_step_time_s - lp > rel_gap * q.predicted_step_time_s:
+                        q = self.polish(q)
+                    q = self.improve(built, q, lp)
+                    if q is not None and (limit is None or q.predicted_step_time_s < limit) and (
+                            start_plan is None or q.predicted_step_time_s < start_plan.predicted_step_time_s):
+                        start_plan = q
+                elif self.search_evaluations >= 0:
+                    start_plan = self.improve(built, start_plan, lp)
+                value = start_plan.predicted_step_time_s if start_plan is not None else None
+                if start_plan is not None and (limit is None or value < limit) and value - lp <= rel_gap * value:
+                    # the root LP bound already proves the start within rel_gap: what CBC would
+                    # conclude at its root, without its preprocessing (seconds at 100+ layers)
+                    self.best = start_plan.replace(name="milp", solver_status="optimal")
+                    self.best_bound = min(self.best_bound, lp)
+                    continue
+                if start_plan is not None and rel_gap > 0 and (
+                        self.heuristic is None or value < self.heuristic.predicted_step_time_s):
+                    self.heuristic = start_plan
+            pending.append((built, lp, start_plan))
+        if self.direct and pending:
+            # HiGHS on the union phase's own depth pair first (depths sorted so) while the other
+            # pairs' LPs are solved beside it (HiGHS releases the interpreter lock), then on those
+            # pairs in order of their LP, each while its LP leaves room below the best plan so far
+            # (after _rens, whose plan a pair's LP may well prove or rule out, every pair's LP first)
+            first, rest = ([], pending) if self.stats["rens_runs"] else (pending[:1], pending[1:])
+            points = []
+            lps = _background_lps([b for b, _, _ in rest], workers=1 if first else 2, points=points)
+            for entry in first:
+                self.branch(*entry)
+            t = time.perf_counter()
+            values = lps()
+            self.stats["lp_s"] += time.perf_counter() - t
+            self.stats["lp_solves"] += len(rest)
+            for (built, _, start_plan), value, point in sorted(zip(rest, values, points), key=lambda e: e[1]):
+                self.branch(built, value, start_plan, point[0] if point else None)
+        else:
+            for entry in pending:
+                self.branch(*entry)
+        return self.result()
+
+    def branch(self, built, lp, start_plan, point=None):
         """Branch and bound on one depth pair's model, unless its LP rules it out (or, on the
         large-model path, the LP neighbourhoods' plans let it; ``point``: the LP's solution)."""
-        nonlocal best, best_bound, heuristic
-        limit = _limit(cutoff, best, heuristic)
-        if lp is None and (best is not None or cutoff is not None):
-            lp = timed_lp(built)  # a plan to compare with (rel_gap 0: from a CBC run), or the caller's cutoff
+        costs, hardware, rel_gap, cutoff, stats = self.costs, self.hardware, self.rel_gap, self.cutoff, self.stats
+        time_limit_s, max_nodes = self.time_limit_s, self.max_nodes
+        direct, union_point = self.direct, self.union_point
+        limit = _limit(cutoff, self.best, self.heuristic)
+        if lp is None and (self.best is not None or cutoff is not None):
+            lp = self.timed_lp(built)  # a plan to compare with (rel_gap 0: from a CBC run), or the caller's cutoff
         if lp is not None and limit is not None and lp >= limit * (1 - rel_gap):
-            best_bound = min(best_bound, lp)
+            self.best_bound = min(self.best_bound, lp)
             return
+
         def adopt(q):
             """``q`` becomes the best unproved plan; True if this pair's LP then rules the pair out."""
-            nonlocal heuristic, best_bound, limit
-            heuristic = q
-            limit = _limit(cutoff, best, heuristic)
+            nonlocal limit
+            self.heuristic = q
+            limit = _limit(cutoff, self.best, self.heuristic)
             if lp >= limit * (1 - rel_gap):
-                best_bound = min(best_bound, lp)
+                self.best_bound = min(self.best_bound, lp)
                 return True
             return False
 
         def faster(q):
             """Whether ``q`` beats the best unproved plan (of this pair) and the cutoff."""
-            return q is not None and q.predicted_step_time_s < heuristic.predicted_step_time_s and (
+            return q is not None and q.predicted_step_time_s < self.heuristic.predicted_step_time_s and (
                 cutoff is None or q.predicted_step_time_s < cutoff)
 
         if lp is not None and direct and union_point and (
-                built.weight_prefetch_depth, built.act_prefetch_depth) not in rens_done:
+                built.weight_prefetch_depth, built.act_prefetch_depth) not in self.rens_done:
             # before HiGHS on the whole model (6-9 s at 128 layers), the union LP's neighbourhood
             # at these depths (0.3-1.5 s), whose plan this pair's LP may prove
-            q = rens_at(built, depth_points.get(built.weight_prefetch_depth, union_point[0]))
+            q = self.rens_at(built, self.depth_points.get(built.weight_prefetch_depth, union_point[0]))
             if q is not None and (cutoff is None or q.predicted_step_time_s < cutoff) and (
                     limit is None or q.predicted_step_time_s < limit) and adopt(q):
                 return
+
         def take(status):
             """The solver's plan on this pair: its bound (the solver's, which at its time limit may
             not yet have reached the root LP's value, or the root LP's own: both valid) counted,
             the plan kept if it beats the best so far and the cutoff (HiGHS' plain run has no
             cutoff: its plan may be worse than the best so far)."""
-            nonlocal best, best_bound
             bound = max(built.solved.objective_bound, lp if lp is not None else -math.inf)
             plan = decode(built, costs, hardware, status=status, bound=bound, solve_time_s=0.0)
-            best_bound = min(best_bound, bound)
+            self.best_bound = min(self.best_bound, bound)
             if (cutoff is None or plan.predicted_step_time_s < cutoff) and (
-                    best is None or plan.predicted_step_time_s < best.predicted_step_time_s):
-                best = plan
+                    self.best is None or plan.predicted_step_time_s < self.best.predicted_step_time_s):
+                self.best = plan
 
         def own_pair():
             """Whether the best plan so far is of this pair (and this pair's LP solution at hand)."""
-            return lp is not None and direct and point is not None and heuristic is not None and (
-                heuristic.weight_prefetch_depth, heuristic.act_prefetch_depth) == (
+            return lp is not None and direct and point is not None and self.heuristic is not None and (
+                self.heuristic.weight_prefetch_depth, self.heuristic.act_prefetch_depth) == (
                 built.weight_prefetch_depth, built.act_prefetch_depth)
 
         def root_settles():
@@ -1348,8 +1430,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             asked only for a plan rel_gap faster: True where that settles this pair. That none
             exists proves the plan in hand (the root's cuts often show it); a plan the root proves
             within rel_gap is taken."""
-            nonlocal best_bound
-            in_hand = _limit(None, best, heuristic)
+            in_hand = _limit(None, self.best, self.heuristic)
             if not (direct and union_point) or in_hand is None or _mip_solver(built.model) != "highs":
                 return False
             bar = in_hand * (1 - rel_gap) if cutoff is None else min(in_hand * (1 - rel_gap), cutoff)
@@ -1360,7 +1441,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             stats["bb_runs"] += 1
             stats["proof"] = "highs"
             if built.solved.status == mip.OptimizationStatus.INFEASIBLE:
-                best_bound = min(best_bound, bar)
+                self.best_bound = min(self.best_bound, bar)
                 return True
             if status != "optimal":
                 return False
@@ -1369,7 +1450,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
 
         if own_pair():
             # the best plan so far is of this pair: the neighbourhood where it and this pair's LP agree
-            q = counted(_rins, built, heuristic, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
+            q = self.counted(_rins, built, self.heuristic, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
             if faster(q) and adopt(q):
                 return
         if root_settles():
@@ -1377,14 +1458,15 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if own_pair():
             # then windows of layers re-routed, where the plan and the LP disagree most (only for
             # a plan near the proof: a window gained 0.05-0.2 % on the random instances)
+            heuristic = self.heuristic
             near = heuristic.predicted_step_time_s - lp <= WINDOW_GAPS * rel_gap * heuristic.predicted_step_time_s
             for window in _windows(built, heuristic, point)[:WINDOW_PROBES] if near else ():
-                q = counted(_window_neighbourhood, built, heuristic, window, costs, hardware, rel_gap, time_limit_s,
-                            max_nodes)
+                q = self.counted(_window_neighbourhood, built, self.heuristic, window, costs, hardware, rel_gap,
+                                 time_limit_s, max_nodes)
                 if faster(q) and adopt(q):
                     return
         if start_plan is not None and (limit is None or start_plan.predicted_step_time_s < limit
-                                       or start_plan is heuristic):
+                                       or start_plan is self.heuristic):
             start = _start_values(start_plan, built)
         else:
             start_plan, start = None, []
@@ -1403,53 +1485,39 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if status is None:
             # no solution (infeasible below the cutoff, or the time limit struck before CBC took
             # the start): the start is still a plan of this space
-            if start and (best is None or start_plan.predicted_step_time_s < best.predicted_step_time_s):
-                best = start_plan.replace(name="milp", solver_status="feasible")
+            if start and (self.best is None or start_plan.predicted_step_time_s < self.best.predicted_step_time_s):
+                self.best = start_plan.replace(name="milp", solver_status="feasible")
             if built.solved.status == mip.OptimizationStatus.INFEASIBLE:
                 # nothing below CBC's cutoff (the limit); for HiGHS, no plan at all
                 if solver == "cbc" and limit is not None:
-                    best_bound = min(best_bound, limit)
+                    self.best_bound = min(self.best_bound, limit)
                 return
             # CBC's bound without a solution is not to be trusted (it may not have reached its
             # root); HiGHS reports a valid dual bound (-inf before its root)
             trusted = built.solved.objective_bound if solver == "highs" else -math.inf
-            best_bound = min(best_bound, max(lp if lp is not None else 0.0, trusted))
+            self.best_bound = min(self.best_bound, max(lp if lp is not None else 0.0, trusted))
             return
         take(status)
 
-    if direct and pending:
-        # HiGHS on the union phase's own depth pair first (depths sorted so) while the other
-        # pairs' LPs are solved beside it (HiGHS releases the interpreter lock), then on those
-        # pairs in order of their LP, each while its LP leaves room below the best plan so far
-        # (after _rens, whose plan a pair's LP may well prove or rule out, every pair's LP first)
-        first, rest = ([], pending) if stats["rens_runs"] else (pending[:1], pending[1:])
-        points = []
-        lps = _background_lps([b for b, _, _ in rest], workers=1 if first else 2, points=points)
-        for entry in first:
-            branch(*entry)
-        t = time.perf_counter()
-        values = lps()
-        stats["lp_s"] += time.perf_counter() - t
-        stats["lp_solves"] += len(rest)
-        for (built, _, start_plan), value, point in sorted(zip(rest, values, points), key=lambda e: e[1]):
-            branch(built, value, start_plan, point[0] if point else None)
-    else:
-        for entry in pending:
-            branch(*entry)
-    if heuristic is not None and (best is None or heuristic.predicted_step_time_s < best.predicted_step_time_s):
-        best = heuristic.replace(name="milp", solver_status="feasible")
-    if best is None:
-        return None
-    value = best.predicted_step_time_s
-    gap = max(0.0, (value - min(best_bound, value)) / value)
-    # the status is the whole solve's: a plan one depth pair's solver proved is only "optimal" if
-    # every other pair is ruled out within rel_gap too (HiGHS stopped by its time limit on a second
-    # pair, without a plan, leaves that pair's LP as its bound: random 128-layer seed 9, 1.04 %)
-    proved = gap <= rel_gap * (1 + 1e-9) + 1e-12
-    if proved:
-        gap = min(gap, rel_gap)  # (a bound at (1 - rel_gap) x the plan, HiGHS' cutoff, less its rounding)
-    best = best.replace(solver_status="optimal" if proved else "feasible")
-    return best.replace(gap=gap, solve_time_s=time.perf_counter() - t0)
+    def result(self):
+        """The best plan (None if none fits or beats the cutoff), with the gap to the least bound of
+        every depth pair and "optimal" where that is within rel_gap."""
+        best = self.best
+        if self.heuristic is not None and (best is None or
+                                           self.heuristic.predicted_step_time_s < best.predicted_step_time_s):
+            best = self.heuristic.replace(name="milp", solver_status="feasible")
+        if best is None:
+            return None
+        value = best.predicted_step_time_s
+        gap = max(0.0, (value - min(self.best_bound, value)) / value)
+        # the status is the whole solve's: a plan one depth pair's solver proved is only "optimal" if
+        # every other pair is ruled out within rel_gap too (HiGHS stopped by its time limit on a second
+        # pair, without a plan, leaves that pair's LP as its bound: random 128-layer seed 9, 1.04 %)
+        proved = gap <= self.rel_gap * (1 + 1e-9) + 1e-12
+        if proved:
+            gap = min(gap, self.rel_gap)  # (a bound at (1 - rel_gap) x the plan, HiGHS' cutoff, less its rounding)
+        best = best.replace(solver_status="optimal" if proved else "feasible")
+        return best.replace(gap=gap, solve_time_s=time.perf_counter() - self.t0)
 
 
 NEIGHBOURHOOD_NODES = 200
