@@ -1040,9 +1040,7 @@ class _Solve:
         self.best, self.best_bound = None, float("inf")
         self.heuristic = None      # the best unproved plan of the depth phase (rel_gap > 0)
         self.incumbent = None      # the union phase's best plan
-        # HiGHS' branch and cut follows for models this large (``_mip_solver``): the depth pairs'
-        # cheap part (LP, search, neighbourhoods) is then left to it
-        self.direct = False
+        self.weights = sorted({d[0] for d in depths})  # the weight prefetch depths (halves of the union LP)
         union_lp = None
         if rel_gap > 0 and len(depths) > 1 and (search_evaluations >= 0 or warm_start is not None):
             # one LP for all depth pairs (its plan is checked against it below). Built here; a large
@@ -1079,6 +1077,8 @@ class _Solve:
             stats["lp_solves"] += 1
         if self.union_built is not None and self.union is None:  # a small model (CLP), or HiGHS could not say
             self.union = self.timed_lp(self.union_built, "auto" if union_lp is None else "clp")
+        # HiGHS' branch and cut follows for models this large (``_mip_solver``): the depth pairs'
+        # cheap part (LP, search, neighbourhoods) is then left to it
         self.direct = rel_gap > 0 and self.union_built is not None and _mip_solver(self.union_built.model) == "highs"
 
     # -- shared steps ------------------------------------------------------------------------
@@ -1201,7 +1201,7 @@ class _Solve:
             # host-only 128-layer instances: 1.1-3.7 s a half, both halves side by side, where each
             # depth pair's neighbourhoods and root took 1.8-4.6 s)
             bar = incumbent.predicted_step_time_s * (1 - rel_gap)
-            halves = [dw for dw in self.weights() if self.depth_bounds[dw] < bar]
+            halves = [dw for dw in self.weights if self.depth_bounds[dw] < bar]
             t = time.perf_counter()
             settled = _half_roots(self.union_built, self.arrays, bar, halves, rel_gap, self.time_limit_s)
             self.stats["bb_s"] += time.perf_counter() - t
@@ -1209,7 +1209,7 @@ class _Solve:
             for dw, none_below in settled.items():
                 if none_below:
                     self.depth_bounds[dw] = bar  # the per-depth phase below skips this half's pairs
-            if all(self.depth_bounds[dw] >= bar for dw in self.weights()):
+            if all(self.depth_bounds[dw] >= bar for dw in self.weights):
                 self.stats["proof"] = "highs"
                 return incumbent.replace(name="milp", solver_status="optimal", gap=rel_gap,
                                          solve_time_s=time.perf_counter() - self.t0)
@@ -1221,9 +1221,6 @@ class _Solve:
         if rel_gap > 0 and (cutoff is None or incumbent.predicted_step_time_s < cutoff):
             self.carried = incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
         return None
-
-    def weights(self):
-        return sorted({d[0] for d in self.depths})
 
     def rens_in_union_phase(self, point):
         """rens_at the depth pair of ``depths`` that ``point`` leans to most, if not yet tried;
@@ -1246,7 +1243,7 @@ class _Solve:
         if not self.direct or not self.union_point or self.union_proves(self.incumbent):
             return
         self.rens_in_union_phase(self.union_point[0])
-        weights = self.weights()
+        weights = self.weights
         if self.union_proves(self.incumbent) or len(weights) < 2:
             return
         t = time.perf_counter()
