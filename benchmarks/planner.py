@@ -55,6 +55,28 @@ def random_nvme_hardware(costs):
                     d2h_bw=12e9, device_flops=1e14, host_opt_rate=3e9)
 
 
+def solve_cases():
+    """The solve-time instances of (a): (label, make), ``make(L)`` -> (Costs, Hardware) at L layers."""
+    h8 = h800()
+    return [("dense-27b h800 b72 m8", lambda L: (costs("dense-27b", h8, 72, 8, num_layers=L), h8)),
+            ("dense-27b 45GB opt4e9 b72 m8", lambda L: (costs("dense-27b", h8, 72, 8, num_layers=L),
+                                                        h800(device_memory=45e9, host_opt_rate=4e9))),
+            ("qwen2.5-7b rtx3090 b4 m1", lambda L: (costs("qwen2.5-7b", h8, 4, 1, num_layers=L), Hardware.preset("rtx3090"))),
+            ("qwen2.5-14b a100 b32 m4 opt2e10", lambda L: (costs("qwen2.5-14b", h8, 32, 4, num_layers=L),
+                                                           Hardware.preset("a100-80g", host_opt_rate=2e10))),
+            ("qwen3.6-27b hybrid, 1/3 boundaries", lambda L: (lambda c: (c, h800(device_memory=tight_device_memory(
+                c, 1 / 3), host_opt_rate=4e9)))(costs("qwen3.6-27b", h8, 72, 8, num_layers=L))),
+            ("qwen2.5-3b b192 m4, 1/4 boundaries", lambda L: (lambda c: (c, h800(device_memory=tight_device_memory(
+                c, 1 / 4), host_memory=20e9, host_opt_rate=2e9)))(costs("qwen2.5-3b", h8, 192, 4, num_layers=L))),
+            ("random heterogeneous, NVMe", lambda L: (lambda c: (c, random_nvme_hardware(c)))(random_heterogeneous(L))),
+            # two more real shapes: residuals worth sending to the host, not all of which fit there;
+            # and half the boundaries' room on an H100 (the LP left 1.4-1.6 % there before the
+            # residual fetch cuts; one LP proves it since: benchmarks/RESULTS.md, "Residual offload split")
+            ("qwen3-32b h200 b32 m4", lambda L: (costs("qwen3-32b", h8, 32, 4, num_layers=L), Hardware.preset("h200"))),
+            ("llama3-8b h100 b64 m4, 1/2 boundaries", lambda L: (lambda c: (c, Hardware.preset(
+                "h100", device_memory=tight_device_memory(c, 0.5))))(costs("llama3-8b", h8, 64, 4, num_layers=L)))]
+
+
 def part_a(only: str | None = None):
     """``only``: run just the instances whose label contains it."""
     print("(a) MILP solve time and gap vs layers, 2 repeats each (median, max wall seconds); rel_gap 1e-2; the")
@@ -66,25 +88,7 @@ def part_a(only: str | None = None):
     print("    the gap. Shared 2-core machine: times are noisy. scipy's optimizer (the LP solver) is imported")
     print("    before the first solve: that import takes 0.5-0.6 s here, once per process, in a process's first plan.")
     import scipy.optimize  # noqa: F401
-    h8 = h800()
-    cases = [("dense-27b h800 b72 m8", lambda L: (costs("dense-27b", h8, 72, 8, num_layers=L), h8)),
-             ("dense-27b 45GB opt4e9 b72 m8", lambda L: (costs("dense-27b", h8, 72, 8, num_layers=L),
-                                                         h800(device_memory=45e9, host_opt_rate=4e9))),
-             ("qwen2.5-7b rtx3090 b4 m1", lambda L: (costs("qwen2.5-7b", h8, 4, 1, num_layers=L), Hardware.preset("rtx3090"))),
-             ("qwen2.5-14b a100 b32 m4 opt2e10", lambda L: (costs("qwen2.5-14b", h8, 32, 4, num_layers=L),
-                                                            Hardware.preset("a100-80g", host_opt_rate=2e10))),
-             ("qwen3.6-27b hybrid, 1/3 boundaries", lambda L: (lambda c: (c, h800(device_memory=tight_device_memory(
-                 c, 1 / 3), host_opt_rate=4e9)))(costs("qwen3.6-27b", h8, 72, 8, num_layers=L))),
-             ("qwen2.5-3b b192 m4, 1/4 boundaries", lambda L: (lambda c: (c, h800(device_memory=tight_device_memory(
-                 c, 1 / 4), host_memory=20e9, host_opt_rate=2e9)))(costs("qwen2.5-3b", h8, 192, 4, num_layers=L))),
-             ("random heterogeneous, NVMe", lambda L: (lambda c: (c, random_nvme_hardware(c)))(random_heterogeneous(L))),
-             # two more real shapes: residuals worth sending to the host, not all of which fit there;
-             # and half the boundaries' room on an H100 (the LP left 1.4-1.6 % there before the
-             # residual fetch cuts; one LP proves it since: benchmarks/RESULTS.md, "Residual offload split")
-             ("qwen3-32b h200 b32 m4", lambda L: (costs("qwen3-32b", h8, 32, 4, num_layers=L), Hardware.preset("h200"))),
-             ("llama3-8b h100 b64 m4, 1/2 boundaries", lambda L: (lambda c: (c, Hardware.preset(
-                 "h100", device_memory=tight_device_memory(c, 0.5))))(costs("llama3-8b", h8, 64, 4, num_layers=L)))]
-    for label, make in cases:
+    for label, make in solve_cases():
         if only is not None and only not in label:
             continue
         for L in (64, 128):

@@ -3,10 +3,10 @@ code leaves them alone. For each instance: the plan (tiers, residuals, tail, dep
 status, gap), ``stats`` without its seconds, and how often each solver step ran (``_rens``,
 ``_rins``, ``_depth_split``, ``_half_roots``, ``_optimize``, builds, polishes, ...).
 
-Instances: four real shapes and the random NVMe row of ``planner.py`` at 64 layers; random seeds
+Instances: the solve-time rows of ``planner.py`` (``solve_cases``) at 64 layers; random seeds
 (``planner_probes.seed_instance``) at 24-64 layers (rel_gap 1 % and 0.3 %) and at 128 layers;
 6/10/16-layer cases with rel_gap 0 (CBC), a cutoff, the memory objective, one depth pair without
-the search, and a warm start. 6-8 minutes on 2 cores (``--quick``: without the 128-layer seeds).
+the search, and a warm start. 7-9 minutes on 2 cores (``--quick``: without the 128-layer seeds).
 Where a time limit strikes (the 40-layer seeds at rel_gap 0.3 %), the gap can differ from one run
 to the next with the same code.
 
@@ -25,7 +25,6 @@ import scipy.optimize  # noqa: F401  (imported before the first solve, as planne
 import planner
 from lazytrain_jax.schedule import milp, search
 from lazytrain_jax.schedule.api import best_heuristic
-from lazytrain_jax.schedule.hardware import Hardware
 from planner_probes import seed_instance
 
 STEPS = ["_rins", "_window_neighbourhood", "_tier_neighbourhood", "_residual_neighbourhood", "_half_roots",
@@ -69,14 +68,7 @@ def run(out_path: str, quick: bool) -> None:
         out[label] = dict(plan=plan_key(p), stats=entry)
         print(label, None if p is None else f"{p.predicted_step_time_s:.6f} s", entry, flush=True)
 
-    h8 = planner.h800()
-    rows = [("27b", lambda L: (planner.costs("dense-27b", h8, 72, 8, num_layers=L), h8)),
-            ("27b-tight", lambda L: (planner.costs("dense-27b", h8, 72, 8, num_layers=L),
-                                     planner.h800(device_memory=45e9, host_opt_rate=4e9))),
-            ("7b-3090", lambda L: (planner.costs("qwen2.5-7b", h8, 4, 1, num_layers=L), Hardware.preset("rtx3090"))),
-            ("random", lambda L: (lambda c: (c, planner.random_nvme_hardware(c)))(planner.random_heterogeneous(L))),
-            ("qwen3-32b", lambda L: (planner.costs("qwen3-32b", h8, 32, 4, num_layers=L), Hardware.preset("h200")))]
-    for label, make in rows:
+    for label, make in planner.solve_cases():  # planner.py's solve-time rows, at 64 layers
         c, hw = make(64)
         solve(f"{label}-64", c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=20)
     for spec in ["7:1", "8:0", "11:0", "12:0", "13:0", "14:0", "14:1"]:
