@@ -13,8 +13,12 @@
             alone asked for a plan rel_gap (1 %) faster than the solve's plan (``milp._highs_mip``
             with a cutoff, ``milp.HIGHS_CUTOFF_NODES``), and the pair's LP with the solve's path
             (the x group) fixed
+  varied    ``milp.solve`` on instances of varied magnitudes (``varied_instance``: every scale drawn
+            log-uniformly, per seed; --seeds are plain integers here): seconds, gap, status, proof, and
+            each instance's link-to-compute ratios (a boundary's and a layer's weights' transfer time
+            over the layer's forward time)
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root] [--layers 64] [--depths 2 1]
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
 
@@ -22,12 +26,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import random
 import time
 
 from lazytrain_jax.schedule import milp
 
 from lazytrain_jax.schedule.api import best_heuristic
-from planner import random_heterogeneous, random_nvme_hardware
+from lazytrain_jax.schedule.costs import synthetic_costs
+from lazytrain_jax.schedule.hardware import Hardware
+from planner import random_heterogeneous, random_nvme_hardware, tight_device_memory
 
 GROUPS = milp.DECISION_GROUPS
 
@@ -102,7 +110,7 @@ def cbc(args):
         b = milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
         b.model.start = milp._start_values(p, b)
         t = time.perf_counter()
-        status = milp._optimize(b, 1e-2, args.time_limit, None, 100_000, preprocess=preprocess, solver="cbc")
+        status = milp._optimize(b, 1e-2, args.time_limit or 120.0, None, 100_000, preprocess=preprocess, solver="cbc")
         print(f"CBC preprocessing {'on ' if preprocess else 'off'}: {status}, plan {b.solved.objective_value or float('nan'):.4f} s, "
               f"bound {b.solved.objective_bound:.4f} s, {time.perf_counter() - t:.2f} s")
 
@@ -186,18 +194,63 @@ def root(args):
               f"root with cutoff {bar:.3f} s: {t_cut:.2f} s -> {cut.status.name}", flush=True)
 
 
+def varied_instance(seed: int, layers: int):
+    """An instance whose scales are drawn per seed (the same scales at every layer count): a layer's
+    weights 0.05-3 GB, a boundary 0.02-2 GB, a layer's forward 3-300 ms (log-uniform), residuals
+    none or 1-8 boundaries, per-layer spread 0, +-20 % or +-60 %, links 5-60 GB/s, device room for
+    15-80 % of the boundaries, host room for 0.1-4 times them, NVMe none or 1 time, a host
+    optimizer of 1e9-3e10 params/s. Returns (costs, hardware, the scales)."""
+    rng = random.Random(1000 + seed)
+
+    def log_uniform(a, b):
+        return math.exp(rng.uniform(math.log(a), math.log(b)))
+    w, a, t = log_uniform(0.05e9, 3e9), log_uniform(0.02e9, 2e9), log_uniform(0.003, 0.3)
+    r = rng.choice([0.0, 1.0]) * log_uniform(1, 8)
+    spread = rng.choice([0.0, 0.2, 0.6])
+    bw, d2h = log_uniform(5e9, 60e9), rng.uniform(0.7, 1.0)
+    room, host, nvme = rng.choice([0.15, 0.3, 0.5, 0.8]), rng.choice([0.1, 0.5, 4.0]), rng.choice([0.0, 0.0, 1.0])
+    work, head_t, head_w, head_work = rng.uniform(0.5, 3), rng.uniform(1, 4), rng.uniform(0.5, 3), rng.uniform(1, 6)
+    opt = log_uniform(1e9, 3e10)
+    per_layer = random.Random(f"{seed}:{layers}")
+
+    def vary(x, n=layers):
+        return [x * (1 + spread * per_layer.uniform(-1, 1)) for _ in range(n)]
+    boundaries = vary(a, layers + 1)
+    c = synthetic_costs(num_layers=layers, weight_bytes=vary(w), boundary_bytes=boundaries, fwd_time=vary(t),
+                        residual_bytes=[r * b for b in boundaries[:layers]], workspace_bytes=a * work,
+                        head_time=t * head_t, head_bytes=w * head_w, head_workspace_bytes=a * head_work)
+    hw = Hardware(device_memory=tight_device_memory(c, room), host_memory=host * sum(c.boundary_bytes),
+                  nvme_memory=nvme * sum(c.boundary_bytes), h2d_bw=bw, d2h_bw=bw * d2h, device_flops=1e14,
+                  host_opt_rate=opt)
+    return c, hw, dict(boundary_link=a / bw / t, weight_link=w / bw / t, residuals=r, spread=spread, room=room)
+
+
+def varied(args):
+    for spec in args.seeds:
+        c, hw, scales = varied_instance(int(spec), args.layers)
+        stats = {}
+        t = time.perf_counter()
+        p = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=args.time_limit or 20.0,
+                       stats=stats)
+        print(f"varied {spec}, {args.layers} layers: {time.perf_counter() - t:.2f} s, gap {100 * p.gap:.2f} %, "
+              f"{p.solver_status}, proof {stats['proof']}, B&B {stats['bb_s']:.1f} s x{stats['bb_runs']}; "
+              f"boundary/forward {scales['boundary_link']:.2f}, weights/forward {scales['weight_link']:.2f} "
+              f"(link seconds per forward second), residuals {scales['residuals']:.1f}, spread {scales['spread']}, "
+              f"room {scales['room']}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root"])
+    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
     ap.add_argument("--nodes", type=int, default=100)
-    ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--time-limit", type=float, default=None, help="cbc: 120 s; varied: milp.solve's, 20 s")
     ap.add_argument("--seeds", nargs="+", default=["7:1", "8:1", "9:1", "8:0", "11:0"])
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
-    {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root}[args.probe](args)
+    {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied}[args.probe](args)
 
 
 if __name__ == "__main__":

@@ -173,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--rel-gap", type=_number("--rel-gap", 0.0, 1.0, False), default=argparse.SUPPRESS,
                       help="relative optimality gap at which the solver stops, in [0, 1) (default: lt.plan's)")
     plan.add_argument("--time-limit", type=_number("--time-limit", 0.0, None, True), default=argparse.SUPPRESS,
-                      help="branch-and-bound (CBC or HiGHS) seconds per MILP (> 0) (default: lt.plan's)")
+                      help="seconds of each MILP's solve in all (> 0; branch and bound stops there, the best plan "
+                           "and its gap are reported) (default: lt.plan's)")
     plan.add_argument("--out", default=None, help="save the plan as JSON (atomically); checked before solving")
     plan.add_argument("--trace", default=None,
                       help="write the simulated step as a Chrome/Perfetto trace JSON (checked before solving)")

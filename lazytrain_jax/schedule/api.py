@@ -262,8 +262,9 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
       num_micro_batches: fix the layer-major micro-batch count (default: optimised over divisors).
       grad_dtype: ``bfloat16`` | ``float32`` gradients sent to the host.
       max_segment_length, max_resident_tail: size limits of the MILP's decision space.
-      time_limit_s, rel_gap: branch-and-bound limits per MILP (the incumbent and its gap are
-        reported). The default gap of 1% is usually proven at the root (the LP bound is tight) in
+      time_limit_s, rel_gap: limits of each MILP's solve (one per micro-batch count): its seconds
+        in all (the search and the LPs always run; branch and bound only within them) and the
+        gap at which it stops (the best plan and its gap are reported either way). The default gap of 1% is usually proven at the root (the LP bound is tight) in
         about a second for 64 layers; pass a smaller one for a tighter proof (the solver then
         branches, up to the limit: CBC on small models, HiGHS from ``milp.HIGHS_MIP_MIN_NONZEROS``).
         The returned gap covers the micro-batch loop too (against the smallest bound of any count).

@@ -953,8 +953,10 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       costs: Costs (batch, seq and micro-batches fixed); hardware: Hardware (budgets, rates).
       max_segment_length: longest recompute segment (edges (s, e) with e − s ≤ this).
       max_resident_tail: largest resident tail considered.
-      time_limit_s: branch-and-bound (CBC or HiGHS) time limit per depth pair; the incumbent is returned with
-        its gap when reached.
+      time_limit_s: the whole solve's time limit. Every branch-and-bound run (CBC or HiGHS, the
+        neighbourhoods' small ones too) may take what is left of it; once it has passed, no depth
+        pair is branched on (its LP is its bound) and the best plan comes back with its gap. The
+        search and the LPs always run (seconds at 128 layers).
       rel_gap: relative optimality gap at which the solve stops (``lt.plan`` uses the same default).
       warm_start: a Plan inside the decision space to start from (e.g. the best heuristic).
       objective: ``time`` (predicted step time) or ``memory`` (minimum peak device bytes, ignoring
@@ -1018,7 +1020,8 @@ class _Solve:
     def __init__(self, costs, hardware, kw, *, t0, time_limit_s, rel_gap, warm_start, cutoff, depths,
                  search_evaluations, max_nodes, stats):
         self.costs, self.hardware, self.kw, self.t0 = costs, hardware, kw, t0
-        self.time_limit_s, self.rel_gap, self.cutoff, self.depths = time_limit_s, rel_gap, cutoff, depths
+        self.rel_gap, self.cutoff, self.depths = rel_gap, cutoff, depths
+        self.deadline = t0 + time_limit_s  # the whole solve's (``left``, ``expired``)
         self.search_evaluations, self.max_nodes, self.stats = search_evaluations, max_nodes, stats
         self.residual_offload = kw["residual_offload"]
         L = self.L = costs.num_layers
@@ -1083,6 +1086,15 @@ class _Solve:
 
     # -- shared steps ------------------------------------------------------------------------
 
+    def left(self) -> float:
+        """The seconds a solver run started now may take: what is left of the solve's time limit
+        (at least ``MIN_RUN_S``)."""
+        return max(MIN_RUN_S, self.deadline - time.perf_counter())
+
+    def expired(self) -> bool:
+        """Whether the solve's time limit has passed (no depth pair is branched on after it)."""
+        return time.perf_counter() >= self.deadline
+
     def timed_lp(self, built, solver="auto"):
         t = time.perf_counter()
         value = _relaxed(built, solver=solver)
@@ -1122,10 +1134,10 @@ class _Solve:
         if plan is None or plan.predicted_step_time_s - lp <= self.rel_gap * plan.predicted_step_time_s:
             return plan
         t = time.perf_counter()
-        q = _tier_neighbourhood(built, plan, self.costs, self.hardware, self.time_limit_s)
+        q = _tier_neighbourhood(built, plan, self.costs, self.hardware, self.left())
         if q is not None and q.predicted_step_time_s < plan.predicted_step_time_s:
             plan = q
-        plan = _residual_neighbourhood(built, plan, self.costs, self.hardware, self.time_limit_s)
+        plan = _residual_neighbourhood(built, plan, self.costs, self.hardware, self.left())
         self.stats["neighbourhood_s"] += time.perf_counter() - t
         return plan
 
@@ -1149,10 +1161,10 @@ class _Solve:
         self.rens_done.add((built.weight_prefetch_depth, built.act_prefetch_depth))
 
         def run():
-            q = _rens(built, self.union_built, point, self.costs, self.hardware, self.rel_gap, self.time_limit_s,
+            q = _rens(built, self.union_built, point, self.costs, self.hardware, self.rel_gap, self.left(),
                       self.max_nodes)
             if q is not None and not self.union_proves(q):
-                better = _tier_neighbourhood(built, q, self.costs, self.hardware, self.time_limit_s,
+                better = _tier_neighbourhood(built, q, self.costs, self.hardware, self.left(),
                                              gap=RENS_GAP * self.rel_gap)
                 if better is not None and better.predicted_step_time_s < q.predicted_step_time_s:
                     q = better
@@ -1194,7 +1206,7 @@ class _Solve:
             self.union = max(self.union, _offload_split(self.union_built, self.arrays))
             self.stats["lp_s"] += time.perf_counter() - t
             self.stats["lp_solves"] += 2
-        if not self.union_proves(incumbent) and self.direct and self.depth_bounds and (
+        if not self.union_proves(incumbent) and self.direct and self.depth_bounds and not self.expired() and (
                 cutoff is None or incumbent.predicted_step_time_s < cutoff):
             # HiGHS' root on each half of the union model the split left open, asked only for a
             # plan rel_gap faster: where none exists the half's depth pairs are ruled out (random
@@ -1203,7 +1215,7 @@ class _Solve:
             bar = incumbent.predicted_step_time_s * (1 - rel_gap)
             halves = [dw for dw in self.weights if self.depth_bounds[dw] < bar]
             t = time.perf_counter()
-            settled = _half_roots(self.union_built, self.arrays, bar, halves, rel_gap, self.time_limit_s)
+            settled = _half_roots(self.union_built, self.arrays, bar, halves, rel_gap, self.left())
             self.stats["bb_s"] += time.perf_counter() - t
             self.stats["bb_runs"] += len(halves)
             for dw, none_below in settled.items():
@@ -1371,9 +1383,18 @@ class _Solve:
         """Branch and bound on one depth pair's model, unless its LP rules it out (or, on the
         large-model path, the LP neighbourhoods' plans let it; ``point``: the LP's solution)."""
         costs, hardware, rel_gap, cutoff, stats = self.costs, self.hardware, self.rel_gap, self.cutoff, self.stats
-        time_limit_s, max_nodes = self.time_limit_s, self.max_nodes
+        max_nodes = self.max_nodes
         direct, union_point = self.direct, self.union_point
         limit = _limit(cutoff, self.best, self.heuristic)
+        if self.expired():
+            # the solve's time limit has passed: no branch and bound here, this pair's LP is its
+            # bound, and its start (a plan of this space) is kept if it is the best
+            lp = self.timed_lp(built) if lp is None else lp
+            self.best_bound = min(self.best_bound, lp)
+            if start_plan is not None and (cutoff is None or start_plan.predicted_step_time_s < cutoff) and (
+                    self.best is None or start_plan.predicted_step_time_s < self.best.predicted_step_time_s):
+                self.best = start_plan.replace(name="milp", solver_status="feasible")
+            return
         if lp is None and (self.best is not None or cutoff is not None):
             lp = self.timed_lp(built)  # a plan to compare with (rel_gap 0: from a CBC run), or the caller's cutoff
         if lp is not None and limit is not None and lp >= limit * (1 - rel_gap):
@@ -1432,7 +1453,7 @@ class _Solve:
                 return False
             bar = in_hand * (1 - rel_gap) if cutoff is None else min(in_hand * (1 - rel_gap), cutoff)
             t = time.perf_counter()
-            status = _optimize(built, rel_gap, time_limit_s, bar, HIGHS_CUTOFF_NODES, solver="highs",
+            status = _optimize(built, rel_gap, self.left(), bar, HIGHS_CUTOFF_NODES, solver="highs",
                                root_lp=CUTOFF_ROOT_LP)
             stats["bb_s"] += time.perf_counter() - t
             stats["bb_runs"] += 1
@@ -1447,7 +1468,7 @@ class _Solve:
 
         if own_pair():
             # the best plan so far is of this pair: the neighbourhood where it and this pair's LP agree
-            q = self.counted(_rins, built, self.heuristic, point, costs, hardware, rel_gap, time_limit_s, max_nodes)
+            q = self.counted(_rins, built, self.heuristic, point, costs, hardware, rel_gap, self.left(), max_nodes)
             if faster(q) and adopt(q):
                 return
         if root_settles():
@@ -1459,7 +1480,7 @@ class _Solve:
             near = heuristic.predicted_step_time_s - lp <= WINDOW_GAPS * rel_gap * heuristic.predicted_step_time_s
             for window in _windows(built, heuristic, point)[:WINDOW_PROBES] if near else ():
                 q = self.counted(_window_neighbourhood, built, self.heuristic, window, costs, hardware, rel_gap,
-                                 time_limit_s, max_nodes)
+                                 self.left(), max_nodes)
                 if faster(q) and adopt(q):
                     return
         if start_plan is not None and (limit is None or start_plan.predicted_step_time_s < limit
@@ -1475,7 +1496,7 @@ class _Solve:
         # (benchmarks/RESULTS.md, "CBC without its preprocessing")
         solver = _mip_solver(built.model)
         # CBC: nothing at or above the best plan so far (or the caller's cutoff); HiGHS: no cutoff
-        status = _optimize(built, rel_gap, time_limit_s, limit if solver == "cbc" else None, max_nodes, solver=solver)
+        status = _optimize(built, rel_gap, self.left(), limit if solver == "cbc" else None, max_nodes, solver=solver)
         stats["bb_s"] += time.perf_counter() - t
         stats["bb_runs"] += 1
         stats["proof"] = "cbc" if solver == "cbc" else "highs"
@@ -1518,6 +1539,7 @@ class _Solve:
 
 
 NEIGHBOURHOOD_NODES = 200
+MIN_RUN_S = 0.05  # the least time limit a solver run is given (``_Solve.left``; CBC reads 0 as none)
 # where HiGHS branches next (large models) and the union phase's best start is more than this many
 # rel_gaps above the union LP, the union phase starts with the LP's neighbourhoods (_rens) and does
 # not search the other depth pairs (2.5 s each at 128 layers); HiGHS, if it runs, starts at the pair

@@ -58,6 +58,7 @@ def test_a_failed_cbc_child_leaves_the_search_plan(monkeypatch, failure):
 
     monkeypatch.setattr(milp, "_cbc_here", broken)
     monkeypatch.setattr(milp, "CBC_GRACE_S", 0.5)
+    monkeypatch.setattr(milp._Solve, "expired", lambda self: False)  # CBC runs, given MIN_RUN_S at least
     t = time.perf_counter()
     with pytest.warns(RuntimeWarning, match="without a result"):
         plan = milp.solve(costs, hw, rel_gap=0.0, time_limit_s=0.5, depths=((1, 1),))

@@ -226,10 +226,44 @@ def test_half_roots_never_rule_out_a_half_that_holds_a_plan_below_the_bar(num_la
 
 def test_highs_stopped_by_its_time_limit_still_returns_a_plan(monkeypatch):
     """HiGHS ended by its time limit before any solution: the union phase's plan comes back,
-    unproved (``feasible``, a gap above rel_gap), never None."""
+    unproved (``feasible``, a gap above rel_gap), never None. (The solve's limit is made to pass
+    only inside HiGHS' runs.)"""
     costs, hw = _random_instance(16, 7)
     monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp._Solve, "expired", lambda self: False)
     stats = {}
     p = milp.solve(costs, hw, rel_gap=1e-3, time_limit_s=1e-3, stats=stats)
     assert stats["proof"] == "highs" and stats["bb_runs"] >= 1
     assert p is not None and p.fits() and p.solver_status == "feasible" and p.gap > 1e-3
+
+
+def test_time_limit_bounds_the_whole_solve(monkeypatch):
+    """Once the solve's time limit has passed no depth pair is branched on: the best plan of the
+    search and the LPs comes back, ``feasible``, with a gap against every pair's LP bound, which
+    stays valid (the bound is at most the exact optimum)."""
+    costs, hw = _random_instance(16, 7)
+    exact = milp.solve(costs, hw, rel_gap=0.0)
+    assert exact.solver_status == "optimal"
+    monkeypatch.setattr(milp._Solve, "expired", lambda self: True)
+    stats = {}
+    p = milp.solve(costs, hw, rel_gap=0.0, stats=stats)
+    assert stats["bb_runs"] == 0 and stats["lp_solves"] >= 1
+    assert p is not None and p.fits() and p.solver_status == "feasible" and p.gap > 0
+    assert p.predicted_step_time_s >= exact.predicted_step_time_s * (1 - 1e-9)
+    assert p.predicted_step_time_s * (1 - p.gap) <= exact.predicted_step_time_s * (1 + 1e-9)
+
+
+def test_solver_runs_get_what_is_left_of_the_time_limit(monkeypatch):
+    """Every branch-and-bound run is given at most what is left of the solve's time limit (not
+    the whole limit again), and at least ``MIN_RUN_S``."""
+    costs, hw = _random_instance(16, 7)
+    limits = []
+    optimize = milp._optimize
+
+    def recorded(built, rel_gap, time_limit_s, *args, **kw):
+        limits.append(time_limit_s)
+        return optimize(built, rel_gap, time_limit_s, *args, **kw)
+    monkeypatch.setattr(milp, "_optimize", recorded)
+    milp.solve(costs, hw, rel_gap=0.0, time_limit_s=1000.0)
+    assert limits and all(milp.MIN_RUN_S <= t < 1000.0 for t in limits)
+    assert limits == sorted(limits, reverse=True)  # what is left only shrinks
