@@ -1252,7 +1252,7 @@ class _Solve:
         weight prefetch depth fixed at each depth (two LPs, in parallel): one bound per half of
         the depth pairs, the lower raising the union LP's; and _rens from the solution of each
         half that leaves room (the lower first)."""
-        if not self.direct or not self.union_point or self.union_proves(self.incumbent):
+        if not self.direct or not self.union_point or self.union_proves(self.incumbent) or self.expired():
             return
         self.rens_in_union_phase(self.union_point[0])
         weights = self.weights
@@ -1264,7 +1264,7 @@ class _Solve:
         self.stats["lp_solves"] += 2
         self.union = max(self.union, min(self.depth_bounds[dw] for dw in weights))
         for dw in sorted(weights, key=lambda dw: self.depth_bounds[dw]):
-            if self.union_proves(self.incumbent):
+            if self.union_proves(self.incumbent) or self.expired():
                 break
             if dw in self.depth_points and self.depth_bounds[dw] < _limit(self.cutoff, self.incumbent) * (1 - self.rel_gap):
                 self.rens_in_union_phase(self.depth_points[dw])
@@ -1272,12 +1272,12 @@ class _Solve:
     def searches(self):
         """The search at the other depth pairs (not where the start is far from the union LP),
         then the best plan polished at its own depths."""
-        if self.union_proves(self.incumbent) or self.search_evaluations < 0:
+        if self.union_proves(self.incumbent) or self.search_evaluations < 0 or self.expired():
             return
         pairs = (() if self.far else _leaning(self.union_point[0], self.union_built, self.depths) if self.union_point
                  else self.depths)
         for dw, da in pairs:
-            if self.union_proves(self.incumbent):
+            if self.union_proves(self.incumbent) or self.expired():
                 break
             q = self.search_at(dw, da) if (dw, da) != (1, 1) else None
             if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
@@ -1288,7 +1288,7 @@ class _Solve:
                     q = self.polish(self.incumbent, quick=True)
                     if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
                         self.incumbent = q
-        if not self.union_proves(self.incumbent):
+        if not self.union_proves(self.incumbent) and not self.expired():
             q = self.polish(self.incumbent, quick=True)
             if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
                 self.incumbent = q
@@ -1308,6 +1308,11 @@ class _Solve:
             own = self.far or (self.carried.weight_prefetch_depth, self.carried.act_prefetch_depth)
             depths = sorted(depths, key=lambda d: d != own)
         for dw, da in depths:
+            if self.expired() and self.union is not None:
+                # out of time: the union LP (or its half) bounds this pair; its starts are in the
+                # union phase's plan already
+                self.best_bound = min(self.best_bound, self.depth_bounds.get(dw, self.union))
+                continue
             limit = _limit(cutoff, self.best, self.heuristic)
             if dw in self.depth_bounds and limit is not None and self.depth_bounds[dw] >= limit * (1 - rel_gap):
                 self.best_bound = min(self.best_bound, self.depth_bounds[dw])
@@ -1389,7 +1394,9 @@ class _Solve:
         if self.expired():
             # the solve's time limit has passed: no branch and bound here, this pair's LP is its
             # bound, and its start (a plan of this space) is kept if it is the best
-            lp = self.timed_lp(built) if lp is None else lp
+            if lp is None:
+                lp = self.depth_bounds.get(built.weight_prefetch_depth, self.union) if self.union is not None \
+                    else self.timed_lp(built)
             self.best_bound = min(self.best_bound, lp)
             if start_plan is not None and (cutoff is None or start_plan.predicted_step_time_s < cutoff) and (
                     self.best is None or start_plan.predicted_step_time_s < self.best.predicted_step_time_s):

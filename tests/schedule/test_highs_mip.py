@@ -237,17 +237,21 @@ def test_highs_stopped_by_its_time_limit_still_returns_a_plan(monkeypatch):
     assert p is not None and p.fits() and p.solver_status == "feasible" and p.gap > 1e-3
 
 
-def test_time_limit_bounds_the_whole_solve(monkeypatch):
+@pytest.mark.parametrize("rel_gap", [0.0, 1e-3])
+def test_time_limit_bounds_the_whole_solve(monkeypatch, rel_gap):
     """Once the solve's time limit has passed no depth pair is branched on: the best plan of the
-    search and the LPs comes back, ``feasible``, with a gap against every pair's LP bound, which
-    stays valid (the bound is at most the exact optimum)."""
+    search comes back, ``feasible``, with a gap against every pair's LP bound (rel_gap 0: each
+    pair's own LP; otherwise the union LP, which relaxes them all, and no pair's model is built),
+    which stays valid (the bound is at most the exact optimum)."""
     costs, hw = _random_instance(16, 7)
     exact = milp.solve(costs, hw, rel_gap=0.0)
     assert exact.solver_status == "optimal"
     monkeypatch.setattr(milp._Solve, "expired", lambda self: True)
     stats = {}
-    p = milp.solve(costs, hw, rel_gap=0.0, stats=stats)
-    assert stats["bb_runs"] == 0 and stats["lp_solves"] >= 1
+    p = milp.solve(costs, hw, rel_gap=rel_gap, stats=stats)
+    assert stats["bb_runs"] == 0 and stats["rens_runs"] == 0 and stats["lp_solves"] >= 1
+    if rel_gap > 0:
+        assert stats["lp_solves"] == 1  # the union LP alone
     assert p is not None and p.fits() and p.solver_status == "feasible" and p.gap > 0
     assert p.predicted_step_time_s >= exact.predicted_step_time_s * (1 - 1e-9)
     assert p.predicted_step_time_s * (1 - p.gap) <= exact.predicted_step_time_s * (1 + 1e-9)
