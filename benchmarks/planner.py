@@ -81,7 +81,7 @@ def part_a(only: str | None = None):
     """``only``: run just the instances whose label contains it."""
     print("(a) MILP solve time and gap vs layers, 2 repeats each (median, max wall seconds); rel_gap 1e-2; the")
     print("    search start has a fixed evaluation budget and the branch and bound a node limit (same plan whatever the load, unless")
-    print("    the 20 s per depth pair safety limit is reached); depth pairs (1,1),(2,1),(1,2),(2,2). Where the")
+    print("    the solve's 20 s safety limit is reached); depth pairs (1,1),(2,1),(1,2),(2,2). Where the")
     print("    seconds went (last repeat): search, LP relaxations (count), tier neighbourhoods, the union LP's")
     print("    neighbourhoods (milp._rens, runs), branch and bound (runs; CBC")
     print("    below 8,000 nonzeros, HiGHS above: milp.MIP_SOLVER), and what proved")

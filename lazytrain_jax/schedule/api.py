@@ -264,9 +264,12 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
       max_segment_length, max_resident_tail: size limits of the MILP's decision space.
       time_limit_s, rel_gap: limits of each MILP's solve (one per micro-batch count): its seconds
         in all (the search and the LPs always run; branch and bound only within them) and the
-        gap at which it stops (the best plan and its gap are reported either way). The default gap of 1% is usually proven at the root (the LP bound is tight) in
-        about a second for 64 layers; pass a smaller one for a tighter proof (the solver then
-        branches, up to the limit: CBC on small models, HiGHS from ``milp.HIGHS_MIP_MIN_NONZEROS``).
+        gap at which it stops (the best plan and its gap are reported either way). On real
+        model shapes the default gap of 1% is usually proven by the LP bound in about a second
+        for 64 layers; where boundaries take many times a layer's forward to move, the solve can
+        end at the limit unproved (benchmarks/RESULTS.md, "Instances of varied magnitudes"). Pass
+        a smaller gap for a tighter proof (the solver then branches, up to the limit: CBC on
+        small models, HiGHS from ``milp.HIGHS_MIP_MIN_NONZEROS``).
         The returned gap covers the micro-batch loop too (against the smallest bound of any count).
       residual_offload: whether layers' kept residuals may live on the host (``Plan.offload_residuals``).
       device_memory, stream_dtype, offload_dir: ``hardware="measure"`` only (``lt.profile``'s; given with a
