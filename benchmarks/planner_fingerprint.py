@@ -7,8 +7,9 @@ Instances: the solve-time rows of ``planner.py`` (``solve_cases``) at 64 layers;
 (``planner_probes.seed_instance``) at 24-64 layers (rel_gap 1 % and 0.3 %) and at 128 layers;
 6/10/16-layer cases with rel_gap 0 (CBC), a cutoff, the memory objective, one depth pair without
 the search, and a warm start. 7-9 minutes on 2 cores (``--quick``: without the 128-layer seeds).
-Where a time limit strikes (the 40-layer seeds at rel_gap 0.3 %), the gap can differ from one run
-to the next with the same code.
+Where the solve's 20 s limit strikes (on a 2-core machine at load: the 40-layer seeds 8 H, 13 H
+and 14 N at rel_gap 0.3 %, 13 H at 1 %), the plan and gap can differ from one run to the next with
+the same code.
 
     python benchmarks/planner_fingerprint.py run OUT.json [--quick]
     python benchmarks/planner_fingerprint.py compare BEFORE.json AFTER.json
@@ -23,6 +24,7 @@ import json
 import scipy.optimize  # noqa: F401  (imported before the first solve, as planner.py does)
 
 import planner
+from lazytrain_jax.atomic import atomic_write_text
 from lazytrain_jax.schedule import milp, search
 from lazytrain_jax.schedule.api import best_heuristic
 from planner_probes import seed_instance
@@ -95,8 +97,7 @@ def run(out_path: str, quick: bool) -> None:
             solve(f"small{n}-cutoff", c, hw, rel_gap=1e-2, cutoff=p.predicted_step_time_s * 1.001)
             solve(f"small{n}-cutoff-tight", c, hw, rel_gap=1e-2, cutoff=p.predicted_step_time_s * 0.9)
             solve(f"small{n}-warm", c, hw, rel_gap=1e-2, warm_start=p, residual_offload=False)
-    with open(out_path, "w") as f:
-        json.dump(out, f, indent=1, sort_keys=True)
+    atomic_write_text(out_path, json.dumps(out, indent=1, sort_keys=True))
 
 
 def compare(before_path: str, after_path: str) -> None:

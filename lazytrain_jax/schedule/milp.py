@@ -1095,6 +1095,11 @@ class _Solve:
         """Whether the solve's time limit has passed (no depth pair is branched on after it)."""
         return time.perf_counter() >= self.deadline
 
+    def union_bound(self, dw: int) -> float:
+        """The union LP's bound on the depth pairs with weight prefetch depth ``dw``: its half's
+        where the union LP was split (``_depth_split``), else the union LP's own."""
+        return self.depth_bounds.get(dw, self.union)
+
     def timed_lp(self, built, solver="auto"):
         t = time.perf_counter()
         value = _relaxed(built, solver=solver)
@@ -1311,7 +1316,7 @@ class _Solve:
             if self.expired() and self.union is not None:
                 # out of time: the union LP (or its half) bounds this pair; its starts are in the
                 # union phase's plan already
-                self.best_bound = min(self.best_bound, self.depth_bounds.get(dw, self.union))
+                self.best_bound = min(self.best_bound, self.union_bound(dw))
                 continue
             limit = _limit(cutoff, self.best, self.heuristic)
             if dw in self.depth_bounds and limit is not None and self.depth_bounds[dw] >= limit * (1 - rel_gap):
@@ -1395,8 +1400,7 @@ class _Solve:
             # the solve's time limit has passed: no branch and bound here, this pair's LP is its
             # bound, and its start (a plan of this space) is kept if it is the best
             if lp is None:
-                lp = self.depth_bounds.get(built.weight_prefetch_depth, self.union) if self.union is not None \
-                    else self.timed_lp(built)
+                lp = self.union_bound(built.weight_prefetch_depth) if self.union is not None else self.timed_lp(built)
             self.best_bound = min(self.best_bound, lp)
             if start_plan is not None and (cutoff is None or start_plan.predicted_step_time_s < cutoff) and (
                     self.best is None or start_plan.predicted_step_time_s < self.best.predicted_step_time_s):
