@@ -138,8 +138,10 @@ def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch,
     pair's own model is branched on. Where the halves settle nothing (forced here), the depth
     pairs follow: HiGHS' root on a pair's own model with the same cutoff, and where that settles
     nothing either (forced), HiGHS' plain run. Each way the plan is within ``rel_gap`` of the
-    exact optimum (CBC, rel_gap 0) and its bound below that optimum."""
-    costs, hw = _random_instance(16, 1)
+    exact optimum (CBC, rel_gap 0) and its bound below that optimum. Seed 1's halves settle it;
+    with them forced open its depth pairs' LPs alone prove the plan, so the forced cases take seed 3,
+    where a depth pair still needs branching."""
+    costs, hw = _random_instance(16, 1 if settles == "halves" else 3)
     monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
     optimum = milp.solve(costs, hw, rel_gap=0.0).predicted_step_time_s
     monkeypatch.setattr(milp, "MIP_SOLVER", "auto")

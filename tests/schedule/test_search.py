@@ -393,6 +393,36 @@ def test_case_cuts_raise_the_lp_and_stay_below_the_plans():
     assert plan.gap <= milp.DEFAULT_REL_GAP
 
 
+
+def test_case_cuts_count_a_segment_base_with_its_weights():
+    """A backward window (and the head's forward) uploads the next segment's weights and, from the
+    host, its base on one link. Each case of the window's cut carries both (the base's share of a
+    resident-tail layer's case taken off again), so at the exact plan's own path with the tiers
+    left free the LP stays within 2.5 % of the plan (3.4 % without the cases), and the LP over the
+    whole space rises too; both stay below the plan."""
+    from lazytrain_jax.schedule.costs import synthetic_costs
+    L, GB = 12, 1e9
+    costs = synthetic_costs(num_layers=L, weight_bytes=0.28 * GB, boundary_bytes=1.8 * GB, fwd_time=0.05,
+                            head_time=0.1, head_bytes=0.5 * GB, workspace_bytes=2 * GB, head_workspace_bytes=4 * GB)
+    roomy = Hardware(device_memory=1e15, h2d_bw=11.7e9, d2h_bw=8.4e9, device_flops=1e14)
+    base = sum(memory.constant_bytes(costs, roomy).values())
+    hw = roomy.replace(device_memory=base + 0.3 * L * 1.8 * GB, host_memory=1e12, nvme_memory=0.0,
+                       host_opt_rate=1.5e9)
+    plan = milp.solve(costs, hw, depths=((1, 1),), rel_gap=0.0)
+    assert "host" in plan.boundary_tiers and plan.gap == 0.0
+    at_path, free = {}, {}
+    for cc in (False, True):
+        built = milp.build(costs, hw, case_cuts=cc)
+        free[cc] = milp._relaxed(built, solver="clp")
+        start = {v.idx: value for v, value in milp._start_values(plan, built)}
+        for v in built.x.values():
+            v.lb = v.ub = start[v.idx]
+        at_path[cc] = milp._relaxed(built, solver="clp")
+    t = plan.predicted_step_time_s
+    assert at_path[False] < t * (1 - 0.03) and t * (1 - 0.025) <= at_path[True] <= t
+    assert free[False] * (1 + 0.03) < free[True] <= t
+
+
 def _benchmark_random_nvme_instance(num_layers, seed=7):
     """benchmarks/planner.py's random heterogeneous instance with NVMe (its (a) table)."""
     import importlib.util
