@@ -4,6 +4,8 @@ and cut: ``_rens`` (the LP's fractional part solved exactly at one depth pair), 
 worth its two LPs), checked against exact optima; and ``milp.solve``'s large-model path taking
 them (forced on small instances)."""
 
+import types
+
 import pytest
 
 from lazytrain_jax.schedule import memory, milp
@@ -193,3 +195,30 @@ def test_window_neighbourhood_changes_only_its_window_and_never_loses_the_plan(m
         for l in list(range(0, lo)) + list(range(hi + 1, 8)):
             assert found.keep_residuals[l] == plan.keep_residuals[l]
     assert improved
+
+
+def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
+    """rens_in_union_phase takes the pair the point leans to most among those not yet tried, with
+    the half's weight prefetch depth: a half whose point leans to the pair the union's point took
+    gets its next pair of that half, not nothing."""
+    run = milp._Solve.__new__(milp._Solve)
+    run.rens_done, run.prebuilt, run.union_built, run.depths = set(), {}, None, milp.MILP_DEPTHS
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.0)
+    tried = []
+
+    def rens_at(built, point):
+        run.rens_done.add(built)
+        tried.append(built)
+        return types.SimpleNamespace(predicted_step_time_s=9.0 if built == (2, 1) else 11.0)
+    monkeypatch.setattr(run, "build_at", lambda dw, da: (dw, da), raising=False)
+    monkeypatch.setattr(run, "rens_at", rens_at, raising=False)
+    monkeypatch.setattr(milp, "_leaning", lambda point, built, depths: [(2, 2), (1, 2), (2, 1), (1, 1)])
+    run.rens_in_union_phase("union point")
+    run.rens_in_union_phase("half point", 2)
+    run.rens_in_union_phase("half point", 1)
+    assert tried == [(2, 2), (2, 1), (1, 2)]
+    assert run.incumbent.predicted_step_time_s == 9.0   # the faster plan replaced the incumbent
+    run.rens_in_union_phase("half point", 2)
+    run.rens_in_union_phase("half point", 1)
+    run.rens_in_union_phase("half point", 2)
+    assert tried == [(2, 2), (2, 1), (1, 2), (1, 1)]    # every pair once, then nothing more
