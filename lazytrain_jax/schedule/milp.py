@@ -47,7 +47,12 @@ on its layer's kept residuals, the same from the base without them, T ≥ base0 
 backward window's loads depend on which segment ends at it, a recompute window's on which edge
 covers its dropped boundary, and exactly one case holds, so T ≥ Σ_case (the window's least length
 in that case) · its indicator (the LP otherwise averages the cases' loads before taking the max
-over channels; on random host-only instances this raised the depth LPs by 1-1.5 %).
+over channels; on random host-only instances this raised the depth LPs by 1-1.5 %). A backward
+window's (and the head's forward's) cases carry the next segment's base with its weights (same
+link; only what no depth-2 split moves); a resident-tail layer's case gets p ≤ ind, p ≤ r that
+takes the weights' share off; and two of a window's case families at once (weights and base,
+gradients down, an NVMe read, a residual fetch) give T ≥ C_P + Σ_Q (C_q − max C_P)⁺·z_q (varied
+seed 0, 32 layers, depths (1, 1): the LP from 9.382 to 9.885 s against a 10.094 s plan).
 Without the fetch cuts the LP fetched a fraction of every residual into each backward window's idle
 upload time (llama3-8b, 64 layers: 1.6 % below the plan; 0.14-0.5 % with them). The memory rows
 are written in units of the largest boundary, weight or residual: in bytes, CLP returned LP values
