@@ -159,6 +159,20 @@ def test_milp_objective_equals_step_model_on_fixed_plans(shared):
 
 
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [17, 18])
+def test_milp_objective_equals_step_model_on_many_fixed_plans(seed):
+    """The default test's check on 300 more random plans per seed (3-10 layers, depths 1-2): every
+    cut of the model holds at every plan, none raises a plan's value above the step model's."""
+    rng = random.Random(seed)
+    for _ in range(300):
+        costs, hw = random_instance(rng, rng.randint(3, 10))
+        p = random_plan(rng, costs, hw, max_depth=2, modes=("pipelined",))
+        L = costs.num_layers
+        assert fixed_milp_value(p, L, L) == pytest.approx(p.predicted_step_time_s, rel=1e-5)
+
+
 def test_milp_moves_a_segment_base_and_a_residual_fetch_from_one_window():
     """At activation depth 2 a backward window's upload may hold a segment's host base and a
     layer's host residuals both; the step model moves both into the window before. The MILP's share
