@@ -17,8 +17,11 @@
             log-uniformly, per seed; --seeds are plain integers here): seconds, gap, status, proof, and
             each instance's link-to-compute ratios (a boundary's and a layer's weights' transfer time
             over the layer's forward time)
+  varied-lps  on those instances (--seeds): each depth pair's LP and the union LP (CLP)
+  kept      on those instances, at --depths, every boundary kept (the tiers free): the LP against
+            the MILP's optimum at that path (CBC, rel_gap 0), where the case cuts were loose
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied] [--layers 64] [--depths 2 1]
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
 
@@ -239,9 +242,38 @@ def varied(args):
               f"room {scales['room']}", flush=True)
 
 
+def varied_lps(args):
+    for spec in args.seeds:
+        c, hw, _ = varied_instance(int(spec), args.layers)
+        values = [milp._relaxed(milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da), solver="clp")
+                  for dw, da in milp.MILP_DEPTHS]
+        union = milp._relaxed(milp.build(c, hw, union=True), solver="clp")
+        print(f"varied {spec}, {args.layers} layers: " + ", ".join(f"({dw},{da}) {v:.4f}" for (dw, da), v in
+                                                             zip(milp.MILP_DEPTHS, values)) + f", union {union:.4f} s")
+
+
+def kept(args):
+    dw, da = args.depths
+    for spec in args.seeds:
+        c, hw, _ = varied_instance(int(spec), args.layers)
+        values = []
+        for relax in (True, False):
+            b = milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
+            for (s, e), var in b.x.items():
+                var.lb = var.ub = 1.0 if e == s + 1 else 0.0
+            if relax:
+                values.append(milp._relaxed(b, solver="clp"))
+            else:
+                with milp._quiet_stdout():
+                    b.model.optimize(max_seconds=args.time_limit or 120.0)
+                values.append(b.model.objective_value)
+        print(f"varied {spec}, {args.layers} layers, depths ({dw},{da}), every boundary kept: LP {values[0]:.4f} s, "
+              f"optimum {values[1]:.4f} s ({100 * (1 - values[0] / values[1]):.2f} % below)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied"])
+    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
@@ -250,7 +282,8 @@ def main():
     ap.add_argument("--seeds", nargs="+", default=["7:1", "8:1", "9:1", "8:0", "11:0"])
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
-    {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied}[args.probe](args)
+    {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
+     "varied-lps": varied_lps, "kept": kept}[args.probe](args)
 
 
 if __name__ == "__main__":
