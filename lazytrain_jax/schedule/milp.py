@@ -563,7 +563,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # loads is below the average of their maxima when the cases are bound by different
         # channels. Exactly one case holds in every plan, so T ≥ Σ_case (the least window length
         # in that case) · its indicator. Only the loads no depth-2 split can move count (weights
-        # at weight depth 1; compute and gradients down always); the resident tail uploads nothing.
+        # at weight depth 1; compute and gradients down always); a resident-tail layer uploads
+        # nothing (its case's weights less p).
         # On random host-only instances they raised the LPs by 1-1.5 % (64 layers, seed 8:
         # depths (2,1) 19.540 -> 19.769 s against a 19.933 s plan)
         def up_time(layer):
