@@ -187,7 +187,6 @@ class Built:
     res_floor: float = 0.0           # the least of those residuals, in the same units
     solved: "Solved | None" = None   # the last CBC run's result (``_optimize``)
     depth_indicators: tuple | None = None  # the union relaxation's (y_w, y_a) variables
-    window_times: dict | None = None       # window name -> its time variable, or its constant seconds
 
 
 @dataclasses.dataclass
@@ -630,22 +629,24 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             z = None if l == L else x[L - 1, L] if l + 1 == L else drop(l + 1) + x[l, l + 1]
             if z is not None and gprev(l + 1) / d2h > cmin:
                 families.append((gprev(l + 1) / d2h, [case(gprev(l + 1) / d2h, 0.0, z, None)]))
-            for top, cases in families:
-                if top > cmin:
-                    m.add_constr(t >= cmin + over(cases, cmin))
+            alone = len(families)  # the one-channel cuts' own rows are the window's already
             for cut in win[name]["cuts"]:
                 cases = [case(sec, 0.0, zc, None) for sec, zc in cut if sec > cmin]
                 if cases:
                     families.append((max(c[0] for c in cases), cases))
+            bounds = [cmin + over(cases, cmin) for _, cases in families]
+            for (top, _), bound in zip(families[:alone], bounds):
+                if top > cmin:
+                    m.add_constr(t >= bound)
             # two families at once: T ≥ max(C_P, C_Q) ≥ C_P + Σ_Q (C_q − max C_P)⁺ · z_q. A cut
             # alone counts only its own case: an NVMe read's cut from the compute, not from the
             # weights or gradients every case moves too (varied seed 0, 32 layers, every boundary
             # kept: the LP 9.97 s against a 10.47 s optimum with single families only)
-            for i, (top, cases) in enumerate(families):
+            for i, (top, _) in enumerate(families):
                 for j2, (_, others) in enumerate(families):
-                    terms = over(others, top)
-                    if j2 != i and terms.expr:
-                        m.add_constr(t >= cmin + over(cases, cmin) + terms)
+                    terms = over(others, top) if j2 != i else None
+                    if terms is not None and terms.expr:
+                        m.add_constr(t >= bounds[i] + terms)
         for j in range(L - 1):
             t = window_time[f"RC{j}"]
             if isinstance(t, (int, float)):
@@ -745,7 +746,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, off=off, r=r,
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L,
                  res_max=res_max, res_floor=min(R[l] for l in off) / unit if off else 0.0,
-                 depth_indicators=(y_w, y_a) if union else None, window_times=window_time)
+                 depth_indicators=(y_w, y_a) if union else None)
 
 
 def _rounded_knapsack(m, terms, capacity):
