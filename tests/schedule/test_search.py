@@ -393,10 +393,9 @@ def test_case_cuts_raise_the_lp_and_stay_below_the_plans():
     assert plan.gap <= milp.DEFAULT_REL_GAP
 
 
-
 def test_case_cuts_count_a_segment_base_with_its_weights():
     """A backward window (and the head's forward) uploads the next segment's weights and, from the
-    host, its base on one link. Each case of the window's cut carries both (the base's share of a
+    host, its base on one link. Each case of the window's cut carries both (the weights' share of a
     resident-tail layer's case taken off again), so at the exact plan's own path with the tiers
     left free the LP stays within 2.5 % of the plan (3.4 % without the cases), and the LP over the
     whole space rises too; both stay below the plan."""

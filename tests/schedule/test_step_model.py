@@ -146,11 +146,11 @@ def fixed_milp_value(plan, S, K):
     return built.model.objective_value
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_milp_objective_equals_step_model_on_fixed_plans(shared):
-    rng = random.Random(1)
-    for _ in range(40 if not shared else 25):
-        costs, hw = random_instance(rng, rng.randint(3, 8))
+def assert_fixed_plans_valued_alike(rng, count, max_layers, shared=False):
+    """``count`` random plans of 3 to ``max_layers`` layers (depths 1-2): the MILP's value with each
+    plan's decisions fixed equals the step model's."""
+    for _ in range(count):
+        costs, hw = random_instance(rng, rng.randint(3, max_layers))
         if shared:  # the device computes on the host's cores; an optimizer slow enough to matter
             hw = hw.replace(host_shares_device=True, host_opt_rate=rng.uniform(3e8, 3e9))
         p = random_plan(rng, costs, hw, max_depth=2, modes=("pipelined",))
@@ -158,6 +158,9 @@ def test_milp_objective_equals_step_model_on_fixed_plans(shared):
         assert fixed_milp_value(p, L, L) == pytest.approx(p.predicted_step_time_s, rel=1e-5)
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_milp_objective_equals_step_model_on_fixed_plans(shared):
+    assert_fixed_plans_valued_alike(random.Random(1), 40 if not shared else 25, 8, shared)
 
 
 @pytest.mark.slow
@@ -165,12 +168,7 @@ def test_milp_objective_equals_step_model_on_fixed_plans(shared):
 def test_milp_objective_equals_step_model_on_many_fixed_plans(seed):
     """The default test's check on 300 more random plans per seed (3-10 layers, depths 1-2): every
     cut of the model holds at every plan, none raises a plan's value above the step model's."""
-    rng = random.Random(seed)
-    for _ in range(300):
-        costs, hw = random_instance(rng, rng.randint(3, 10))
-        p = random_plan(rng, costs, hw, max_depth=2, modes=("pipelined",))
-        L = costs.num_layers
-        assert fixed_milp_value(p, L, L) == pytest.approx(p.predicted_step_time_s, rel=1e-5)
+    assert_fixed_plans_valued_alike(random.Random(seed), 300, 10)
 
 
 def test_milp_moves_a_segment_base_and_a_residual_fetch_from_one_window():
