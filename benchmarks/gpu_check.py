@@ -75,16 +75,26 @@ def main():
         if plan is None or not plan.fits():
             print(f"{name}: no plan fits {args.budget_gb} GB")
             continue
+        print(f"{name} plan: {describe(plan)}")
         with lt.StreamingEngine(model, plan, tx) as eng:
             t = median_seconds(lambda: (eng.step(batch), eng.flush()), args.repeats)
             m = eng.last_metrics
-        rows.append((f"{name} under {args.budget_gb:.0f} GB (pred {plan.predicted_step_time_s:.2f} s)", t,
+        rows.append((f"{name} under {args.budget_gb:g} GB (pred {plan.predicted_step_time_s:.2f} s)", t,
                      m["peak_device_bytes"], plan.predicted_peak_device_bytes, m["stall_s"]))
-    print(f"\n{'run':<44} {'step s':>8} {'TFLOPS':>7} {'held GB':>8} {'plan GB':>8} {'stall s':>8}")
+    print(f"\n{'run':<44} {'step s':>8} {'TFLOPS':>7} {'held GB':>8} {'plan GB':>8} {'held/plan':>9} {'stall s':>8}")
     for name, t, held, pred, stall in rows:
-        print(f"{name:<44} {t:>8.3f} {6 * n * tokens / t / 1e12:>7.1f} {held / 1e9:>8.2f} {pred / 1e9:>8.2f} {stall:>8.3f}")
+        print(f"{name:<44} {t:>8.3f} {6 * n * tokens / t / 1e12:>7.1f} {held / 1e9:>8.3f} {pred / 1e9:>8.3f} "
+              f"{held / pred:>9.2f} {stall:>8.3f}")
     print(f"device peak_bytes_in_use (whole run): {peak / 1e9:.2f} GB")
     optimizer_check(args.opt_params, args.repeats + 2)
+
+
+def describe(plan: Plan) -> str:
+    """Boundary tiers as letters (D device, H host, N NVMe, - dropped), residuals kept, depths."""
+    letters = "".join({"device": "D", "host": "H", "nvme": "N", "drop": "-"}[t] for t in plan.boundary_tiers)
+    kept = sum(bool(k) for k in plan.keep_residuals)
+    return (f"{letters}, residuals kept {kept}/{plan.num_layers}, resident tail {plan.resident_tail}, "
+            f"prefetch depths ({plan.weight_prefetch_depth},{plan.act_prefetch_depth}), {plan.optimizer_mode} update")
 
 
 def optimizer_check(num_params: int, repeats: int) -> None:
