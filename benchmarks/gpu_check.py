@@ -27,6 +27,8 @@ from lazytrain_jax.schedule import heuristics
 from lazytrain_jax.schedule.api import plan_for_costs
 from lazytrain_jax.schedule.plan import Plan
 
+from streaming_cpu import plan_letters  # benchmarks/, beside this script
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -90,10 +92,10 @@ def main():
 
 
 def describe(plan: Plan) -> str:
-    """Boundary tiers as letters (D device, H host, N NVMe, - dropped), residuals kept, depths."""
-    letters = "".join({"device": "D", "host": "H", "nvme": "N", "drop": "-"}[t] for t in plan.boundary_tiers)
+    """Boundary tiers and residuals as letters (``streaming_cpu.plan_letters``), tail, depths, mode."""
+    tiers, residuals = plan_letters(plan)
     kept = sum(bool(k) for k in plan.keep_residuals)
-    return (f"{letters}, residuals kept {kept}/{plan.num_layers}, resident tail {plan.resident_tail}, "
+    return (f"{tiers}, residuals kept {kept}/{plan.num_layers} ({residuals}), resident tail {plan.resident_tail}, "
             f"prefetch depths ({plan.weight_prefetch_depth},{plan.act_prefetch_depth}), {plan.optimizer_mode} update")
 
 

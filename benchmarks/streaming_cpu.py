@@ -39,6 +39,13 @@ from lazytrain_jax.schedule.plan import Plan
 from lazytrain_jax.schedule.simulator import simulate
 
 TIER_CHARS = {"device": "D", "host": "H", "nvme": "N", "drop": "."}
+
+
+def plan_letters(plan) -> tuple[str, str]:
+    """A plan's boundary tiers (D device, H host, N NVMe, . dropped) and per layer its residuals
+    (r kept on the device, o kept on the host, . recomputed), as two strings."""
+    return ("".join(TIER_CHARS[c] for c in plan.boundary_tiers),
+            "".join(("o" if o else "r") if r else "." for r, o in zip(plan.keep_residuals, plan.offload_residuals)))
 PHASES = ("tail", "forward", "head", "recompute", "backward")
 
 
@@ -161,9 +168,8 @@ def main():
                                 args.repeats)
         for name, e in engines.items():
             plan = e.plan
-            print(f"(b) {label} {budget / 1e6:.1f} MB: {name}: tiers "
-                  f"{''.join(TIER_CHARS[c] for c in plan.boundary_tiers)} residuals "
-                  f"{''.join(('o' if o else 'r') if r else '.' for r, o in zip(plan.keep_residuals, plan.offload_residuals))}"
+            tiers, residuals = plan_letters(plan)
+            print(f"(b) {label} {budget / 1e6:.1f} MB: {name}: tiers {tiers} residuals {residuals}"
                   f" mode {plan.optimizer_mode} predicted {plan.predicted_step_time_s:.3f} s measured "
                   f"{np.median(t[name]):.3f} s; peak predicted {plan.predicted_peak_device_bytes / 1e6:.1f} MB, "
                   f"engine-held {e.last_metrics['peak_device_bytes'] / 1e6:.1f} MB")

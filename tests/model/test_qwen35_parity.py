@@ -82,29 +82,28 @@ def _eager_attention_float64(module, query, key, value, attention_mask, scaling,
 
 
 def float64_reference(tm, batch):
-    """transformers' per-token reference in float64: the gradients by name, and per linear-attention
-    layer's ``A_log`` name the gross of its gradient per head, Σ over tokens |∂L/∂g · g|."""
+    """transformers' per-token reference (``torch_reference``) in float64: the gradients by name, and
+    per linear-attention layer's ``A_log`` name the gross of its gradient per head, Σ over tokens
+    |∂L/∂g · g| (g captured where it enters the per-token kernel)."""
     import copy
 
     from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
 
     model = copy.deepcopy(tm).double()
     captured = []
+    recurrent = mq.torch_recurrent_gated_delta_rule
 
-    def per_token(q, k, v, g, beta, *args, chunk_size=64, **kw):
+    def capturing(q, k, v, g, beta, *args, **kw):
         g.retain_grad()
         captured.append(g)
-        return mq.torch_recurrent_gated_delta_rule(q, k, v, g, beta, *args, **kw)
+        return recurrent(q, k, v, g, beta, *args, **kw)
 
-    saved = mq.eager_attention_forward, mq.torch_chunk_gated_delta_rule
-    mq.eager_attention_forward, mq.torch_chunk_gated_delta_rule = _eager_attention_float64, per_token
+    saved = mq.eager_attention_forward, mq.torch_recurrent_gated_delta_rule
+    mq.eager_attention_forward, mq.torch_recurrent_gated_delta_rule = _eager_attention_float64, capturing
     try:
-        ids_t, mask_t, labels_t = (torch.tensor(batch[k], dtype=torch.long)
-                                   for k in ("input_ids", "attention_mask", "labels"))
-        model(ids_t, attention_mask=mask_t, labels=labels_t).loss.backward()
+        _, _, grads = torch_reference(model, batch, per_token=True)
     finally:
-        mq.eager_attention_forward, mq.torch_chunk_gated_delta_rule = saved
-    grads = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
+        mq.eager_attention_forward, mq.torch_recurrent_gated_delta_rule = saved
     linear = [i for i, layer in enumerate(model.model.layers) if hasattr(layer, "linear_attn")]
     assert len(captured) == len(linear)  # one delta-rule call per linear-attention layer
     gross = {f"model.layers.{i}.linear_attn.A_log": (g.grad * g).abs().sum(dim=(0, 1)).detach().numpy()
