@@ -20,8 +20,11 @@
   varied-lps  on those instances (--seeds): each depth pair's LP and the union LP (CLP)
   kept      on those instances, at --depths, every boundary kept (the tiers free): the LP against
             the MILP's optimum at that path (CBC, rel_gap 0), where the case cuts were loose
+  shapes    ``milp.solve`` on real model shapes at --layers layers (``shape_instances``: every model
+            preset of 3-32B on each hardware preset, at the device's own memory and at a budget with
+            room for a third of the boundaries; --seeds filters by label substring): seconds, gap, proof
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept] [--layers 64] [--depths 2 1]
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|shapes] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
 
@@ -31,6 +34,7 @@ import argparse
 import dataclasses
 import math
 import random
+import re
 import time
 
 from lazytrain_jax.schedule import milp
@@ -271,9 +275,54 @@ def kept(args):
               f"optimum {values[1]:.4f} s ({100 * (1 - values[0] / values[1]):.2f} % below)")
 
 
+SHAPE_MODELS = ("qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "qwen3-8b", "llama3-8b", "qwen3-32b", "dense-27b",
+                "qwen3.6-27b")
+# (hardware preset, batch, micro-batches): a 24 GB card at a small batch, the larger cards at LazyTrain's
+SHAPE_MACHINES = (("rtx3090", 4, 1), ("rtx4090", 8, 2), ("a100-80g", 32, 4), ("h800", 72, 8), ("h100", 64, 4),
+                  ("h200", 32, 4))
+
+
+def shape_instances(layers):
+    """(label, costs, hardware) for each model preset in SHAPE_MODELS on each machine of
+    SHAPE_MACHINES at ``layers`` layers, at the device's own memory and at a budget that holds the
+    step's fixed bytes and a third of the boundaries (``tight_device_memory``)."""
+    from lazytrain_jax.model.config import get_preset
+    from lazytrain_jax.schedule.costs import analytic_costs
+    for name in SHAPE_MODELS:
+        for machine, batch, m in SHAPE_MACHINES:
+            hw = Hardware.preset(machine)
+            c = analytic_costs(get_preset(name, num_layers=layers), batch_size=batch, seq_len=1024,
+                               device_flops=hw.device_flops, num_micro_batches=m,
+                               efficiency_half_tokens=hw.efficiency_half_tokens)
+            yield f"{name} {machine} b{batch} m{m}", c, hw
+            yield f"{name} {machine} b{batch} m{m} 1/3", c, dataclasses.replace(
+                hw, device_memory=tight_device_memory(c, 1 / 3))
+
+
+def shapes(args):
+    keys = [s for s in args.seeds if not re.fullmatch(r"\d+:\d+", s)]
+    for label, c, hw in shape_instances(args.layers):
+        if keys and not any(k in label for k in keys):
+            continue
+        stats = {}
+        t = time.perf_counter()
+        try:
+            p = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2,
+                           time_limit_s=args.time_limit or 20.0, stats=stats)
+        except ValueError as e:
+            print(f"{label}, {args.layers} layers: no plan ({str(e).splitlines()[0][:80]})", flush=True)
+            continue
+        print(f"{label}, {args.layers} layers: {time.perf_counter() - t:.2f} s, gap {100 * p.gap:.2f} %, "
+              f"step {p.predicted_step_time_s:.3f} s, {p.solver_status}, proof {stats['proof']}, "
+              f"search {stats['search_s']:.2f} s, LP {stats['lp_s']:.2f} s x{stats['lp_solves']}, "
+              f"RENS {stats['rens_s']:.2f} s x{stats['rens_runs']}, B&B {stats['bb_s']:.1f} s x{stats['bb_runs']}",
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept"])
+    ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept",
+                                          "shapes"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
@@ -283,7 +332,7 @@ def main():
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
     {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
-     "varied-lps": varied_lps, "kept": kept}[args.probe](args)
+     "varied-lps": varied_lps, "kept": kept, "shapes": shapes}[args.probe](args)
 
 
 if __name__ == "__main__":

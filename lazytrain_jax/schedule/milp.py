@@ -217,7 +217,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         bounds the depth-2 upload splits (each at most y of its share), adds y of the deeper buffer's
         bytes and moves the deadlines y of the way to depth 2's (each depth pair is a point y ∈ {0, 1}).
       residual_offload: whether kept residuals may go to the host (``Plan.offload_residuals``).
-      case_cuts: add the windows' case cuts (valid inequalities; off only to measure what they add).
+      case_cuts: add the windows' case cuts and the residual fetch cuts over several windows (valid
+        inequalities; off only to measure what they add).
     Returns:
       A Built (the model and its variables).
     Example:
@@ -660,7 +661,19 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     cases.append(case(max(fwd[j], up_time(j + 1), down), max(fwd[j], down), var, j + 1))
             if cases:
                 m.add_constr(t >= over(cases, 0.0))
+
+    def least_weights(name):
+        """The fewest weight bytes backward window ``name`` (B_l or FH) uploads in any plan: its next
+        item's (layer l - 1's when boundary l is dropped, else the first layer of the segment
+        ending at l), none where one of those may be in the resident tail."""
+        l = L if name == "FH" else int(name[1:])
+        if l < 1:
+            return 0.0
+        layers = ([l - 1] if l < L else []) + [first(s, l) for s in range(max(0, l - S), l)]
+        return 0.0 if any(k in r for k in layers) else min(W[k] for k in layers)
+
     if not hardware.host_shares_device:
+        run_terms = []  # (group, seconds with the window's weights, indicator, bases, bases without kept residuals)
         for name, sec, ind in spread_cuts:
             # the window and every candidate for the one before it last at least their bases (each
             # with or without its own layer's kept residuals), and together at least the fetch: the
@@ -668,12 +681,45 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # window's t is at least 0)
             group = [name] + [p for p, _ in preds(name)]
             base0 = sum(window_base[g][1] for g in group)
+            fixed = sum(window_time[g] for g in group if isinstance(window_time[g], (int, float)))
+            lhs = xs([window_time[g] for g in group if not isinstance(window_time[g], (int, float))])
             if sec > base0:
-                fixed = sum(window_time[g] for g in group if isinstance(window_time[g], (int, float)))
-                lhs = xs([window_time[g] for g in group if not isinstance(window_time[g], (int, float))])
                 kept = [(window_base[g][1] - window_base[g][0]) * window_base[g][2] for g in group
                         if window_base[g][2] is not None and window_base[g][1] > window_base[g][0]]
                 m.add_constr(lhs >= base0 - fixed + (sec - base0) * ind - xs(kept))
+            # and from the least bases (every window's layer keeping its residuals; the cut above,
+            # at its corner with all kept and the fetch made, gives the fetch less what keeping
+            # saves), with the weights the window uploads in every case: they share the link with
+            # the fetch and move only to the window before, inside the group
+            base = sum(window_base[g][0] for g in group)
+            sec_w = sec + least_weights(name) / h2d
+            if case_cuts and sec_w > base:
+                m.add_constr(lhs >= base - fixed + (sec_w - base) * ind)
+            run_terms.append((group, sec_w, ind, base, base0))
+        if case_cuts and run_terms:
+            # The groups overlap (a window is the one above one fetch and the one before the
+            # next), so the cuts of single groups let one window's idle link serve two fetches:
+            # on the qwen2.5-3b shape at 128 layers on an H200 the LP sent a quarter of every
+            # layer's residuals to the host, each quarter hidden under a backward window's
+            # compute, which no whole residual is (the (1, 2) LP 12.306 s, 12.311 s with the
+            # cut from the least bases above, against plans of 12.48 s). Over every window of
+            # every group at once: T ≥ Σ base + Σ_fetch (its seconds − its group's bases)⁺ ·
+            # its indicator (that LP 12.374 s). Valid at every plan: the fetches made whose term
+            # is positive all happen inside the union of their groups (with the weights counted
+            # in their seconds, each its own window's), and that union's bases sum to at most
+            # their groups' bases. The same from each window's base with or without its layer's
+            # kept residuals (base0 less the kept share)
+            covered = list(dict.fromkeys(g for group, *_ in run_terms for g in group))
+            fixed = sum(window_time[g] for g in covered if isinstance(window_time[g], (int, float)))
+            lhs = xs([window_time[g] for g in covered if not isinstance(window_time[g], (int, float))])
+            lean = [(sec_w - base) * ind for _, sec_w, ind, base, _ in run_terms if sec_w > base]
+            if lean:
+                m.add_constr(lhs >= sum(window_base[g][0] for g in covered) - fixed + xs(lean))
+            lean0 = [(sec_w - base0) * ind for _, sec_w, ind, _, base0 in run_terms if sec_w > base0]
+            if lean0:
+                kept = [(window_base[g][1] - window_base[g][0]) * window_base[g][2] for g in covered
+                        if window_base[g][2] is not None and window_base[g][1] > window_base[g][0]]
+                m.add_constr(lhs >= sum(window_base[g][1] for g in covered) - fixed + xs(lean0) - xs(kept))
 
     # memory, every row in units of the largest boundary/weight/residual (byte-sized coefficients
     # upset CLP's scaling: with the aggregated rows below they gave LP values above the optimum)
