@@ -20,11 +20,12 @@
   varied-lps  on those instances (--seeds): each depth pair's LP and the union LP (CLP)
   kept      on those instances, at --depths, every boundary kept (the tiers free): the LP against
             the MILP's optimum at that path (CBC, rel_gap 0), where the case cuts were loose
+  shape-lps on those instances (--seeds: label substrings): each depth pair's LP and the union LP
   shapes    ``milp.solve`` on real model shapes at --layers layers (``shape_instances``: every model
             preset of 3-32B on each hardware preset, at the device's own memory and at a budget with
             room for a third of the boundaries; --seeds filters by label substring): seconds, gap, proof
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|shapes] [--layers 64] [--depths 2 1]
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|shapes|shape-lps] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
 
@@ -319,10 +320,23 @@ def shapes(args):
               flush=True)
 
 
+def shape_lps(args):
+    keys = [s for s in args.seeds if not re.fullmatch(r"\d+:\d+", s)]
+    for label, c, hw in shape_instances(args.layers):
+        if keys and not any(k in label for k in keys):
+            continue
+        values = [milp._relaxed(milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da))
+                  for dw, da in milp.MILP_DEPTHS]
+        union = milp._relaxed(milp.build(c, hw, union=True))
+        print(f"{label}, {args.layers} layers: " + ", ".join(f"({dw},{da}) {v:.4f}" for (dw, da), v in
+                                                         zip(milp.MILP_DEPTHS, values)) + f", union {union:.4f} s",
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept",
-                                          "shapes"])
+                                          "shapes", "shape-lps"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
@@ -332,7 +346,7 @@ def main():
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
     {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
-     "varied-lps": varied_lps, "kept": kept, "shapes": shapes}[args.probe](args)
+     "varied-lps": varied_lps, "kept": kept, "shapes": shapes, "shape-lps": shape_lps}[args.probe](args)
 
 
 if __name__ == "__main__":
