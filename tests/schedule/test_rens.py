@@ -123,7 +123,8 @@ def test_offload_split_gain_bounds_what_the_split_can_raise(num_layers, seed, de
 def test_large_model_path_with_the_lp_neighbourhoods(monkeypatch, num_layers, seed):
     """The large-model path with the union LP solved by HiGHS (so that its solution is there for
     _rens), every start counted as far (neighbourhoods before the searches): the plan is within
-    rel_gap of the exact optimum, its bound valid, the same plan twice; _rens ran."""
+    rel_gap of the exact optimum, its bound valid, the same plan twice; _rens ran, for at most
+    ``RENS_MAX_NODES`` nodes (fewer than the solve's own ``max_nodes``)."""
     costs, hw = _random_instance(num_layers, seed)
     monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
     optimum = milp.solve(costs, hw, rel_gap=0.0).predicted_step_time_s
@@ -131,11 +132,14 @@ def test_large_model_path_with_the_lp_neighbourhoods(monkeypatch, num_layers, se
     monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
     monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)
     monkeypatch.setattr(milp, "UNION_SEARCH_GAPS", 0.0)
+    nodes, rens = [], milp._rens
+    monkeypatch.setattr(milp, "_rens", lambda *a: nodes.append(a[7]) or rens(*a))
     plans = []
     for _ in range(2):
         stats = {}
         plans.append(milp.solve(costs, hw, rel_gap=1e-2, stats=stats))
         assert stats["rens_runs"] >= 1
+    assert nodes and max(nodes) <= milp.RENS_MAX_NODES < milp.DEFAULT_MAX_NODES
     p = plans[0]
     assert _decisions(p) == _decisions(plans[1])
     assert p.fits() and p.solver_status == "optimal" and p.gap <= 1e-2 * (1 + 1e-9)
