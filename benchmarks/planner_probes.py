@@ -300,11 +300,16 @@ def shape_instances(layers):
                 hw, device_memory=tight_device_memory(c, 1 / 3))
 
 
-def shapes(args):
+def selected_shapes(args):
+    """``shape_instances(args.layers)`` whose label contains one of ``args.seeds`` (all of them
+    while --seeds holds only the random seeds' SEED:NVME default)."""
     keys = [s for s in args.seeds if not re.fullmatch(r"\d+:\d+", s)]
-    for label, c, hw in shape_instances(args.layers):
-        if keys and not any(k in label for k in keys):
-            continue
+    return ((label, c, hw) for label, c, hw in shape_instances(args.layers)
+            if not keys or any(k in label for k in keys))
+
+
+def shapes(args):
+    for label, c, hw in selected_shapes(args):
         stats = {}
         t = time.perf_counter()
         try:
@@ -321,10 +326,7 @@ def shapes(args):
 
 
 def shape_lps(args):
-    keys = [s for s in args.seeds if not re.fullmatch(r"\d+:\d+", s)]
-    for label, c, hw in shape_instances(args.layers):
-        if keys and not any(k in label for k in keys):
-            continue
+    for label, c, hw in selected_shapes(args):
         values = [milp._relaxed(milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da))
                   for dw, da in milp.MILP_DEPTHS]
         union = milp._relaxed(milp.build(c, hw, union=True))

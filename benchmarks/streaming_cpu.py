@@ -39,6 +39,7 @@ from lazytrain_jax.schedule.plan import Plan
 from lazytrain_jax.schedule.simulator import simulate
 
 TIER_CHARS = {"device": "D", "host": "H", "nvme": "N", "drop": "."}
+PHASES = ("tail", "forward", "head", "recompute", "backward")
 
 
 def plan_letters(plan) -> tuple[str, str]:
@@ -46,7 +47,6 @@ def plan_letters(plan) -> tuple[str, str]:
     (r kept on the device, o kept on the host, . recomputed), as two strings."""
     return ("".join(TIER_CHARS[c] for c in plan.boundary_tiers),
             "".join(("o" if o else "r") if r else "." for r, o in zip(plan.keep_residuals, plan.offload_residuals)))
-PHASES = ("tail", "forward", "head", "recompute", "backward")
 
 
 def make_model(args):

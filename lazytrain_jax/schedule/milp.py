@@ -672,6 +672,16 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         layers = ([l - 1] if l < L else []) + [first(s, l) for s in range(max(0, l - S), l)]
         return 0.0 if any(k in r for k in layers) else min(W[k] for k in layers)
 
+    def total_time(windows):
+        """Σ of ``windows``' times as (the variables' sum, the constant windows' seconds)."""
+        fixed = sum(window_time[g] for g in windows if isinstance(window_time[g], (int, float)))
+        return xs([window_time[g] for g in windows if not isinstance(window_time[g], (int, float))]), fixed
+
+    def kept_share(windows):
+        """What each of ``windows`` saves when its layer keeps its residuals, times that indicator."""
+        return xs([(window_base[g][1] - window_base[g][0]) * window_base[g][2] for g in windows
+                   if window_base[g][2] is not None and window_base[g][1] > window_base[g][0]])
+
     if not hardware.host_shares_device:
         run_terms = []  # (group, seconds with the window's weights, indicator, bases, bases without kept residuals)
         for name, sec, ind in spread_cuts:
@@ -681,12 +691,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # window's t is at least 0)
             group = [name] + [p for p, _ in preds(name)]
             base0 = sum(window_base[g][1] for g in group)
-            fixed = sum(window_time[g] for g in group if isinstance(window_time[g], (int, float)))
-            lhs = xs([window_time[g] for g in group if not isinstance(window_time[g], (int, float))])
+            lhs, fixed = total_time(group)
             if sec > base0:
-                kept = [(window_base[g][1] - window_base[g][0]) * window_base[g][2] for g in group
-                        if window_base[g][2] is not None and window_base[g][1] > window_base[g][0]]
-                m.add_constr(lhs >= base0 - fixed + (sec - base0) * ind - xs(kept))
+                m.add_constr(lhs >= base0 - fixed + (sec - base0) * ind - kept_share(group))
             # and from the least bases (every window's layer keeping its residuals; the cut above,
             # at its corner with all kept and the fetch made, gives the fetch less what keeping
             # saves), with the weights the window uploads in every case: they share the link with
@@ -710,16 +717,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # their groups' bases. The same from each window's base with or without its layer's
             # kept residuals (base0 less the kept share)
             covered = list(dict.fromkeys(g for group, *_ in run_terms for g in group))
-            fixed = sum(window_time[g] for g in covered if isinstance(window_time[g], (int, float)))
-            lhs = xs([window_time[g] for g in covered if not isinstance(window_time[g], (int, float))])
+            lhs, fixed = total_time(covered)
             lean = [(sec_w - base) * ind for _, sec_w, ind, base, _ in run_terms if sec_w > base]
             if lean:
                 m.add_constr(lhs >= sum(window_base[g][0] for g in covered) - fixed + xs(lean))
             lean0 = [(sec_w - base0) * ind for _, sec_w, ind, _, base0 in run_terms if sec_w > base0]
             if lean0:
-                kept = [(window_base[g][1] - window_base[g][0]) * window_base[g][2] for g in covered
-                        if window_base[g][2] is not None and window_base[g][1] > window_base[g][0]]
-                m.add_constr(lhs >= sum(window_base[g][1] for g in covered) - fixed + xs(lean0) - xs(kept))
+                m.add_constr(lhs >= sum(window_base[g][1] for g in covered) - fixed + xs(lean0) - kept_share(covered))
 
     # memory, every row in units of the largest boundary/weight/residual (byte-sized coefficients
     # upset CLP's scaling: with the aggregated rows below they gave LP values above the optimum)
