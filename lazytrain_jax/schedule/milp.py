@@ -1164,6 +1164,8 @@ class _Solve:
         self.depth_bounds = {}     # weight prefetch depth -> a bound on its depth pairs (_depth_split)
         self.depth_points = {}     # weight prefetch depth -> that bound's LP solution
         self.rens_done = set()     # the depth pairs rens_at has run at
+        self.offload_split = None  # the offload split's future (start_offload_split), once started
+        self.offload_split_joined = False  # its bound taken into the union LP (join_offload_split)
         self.carried = None        # the union phase's best plan, when the union LP does not prove it
         self.far = None            # the depth pair HiGHS starts with, when that plan is far from the union LP
         self.best, self.best_bound = None, float("inf")
@@ -1326,17 +1328,15 @@ class _Solve:
             self.far = _leaning(self.union_point[0], self.union_built, self.depths)[0]
         # a start far from the union LP: the LP's neighbourhoods first (the searches found nothing
         # within 1 % on the random instances); near it, the searches (qwen3-32b, 64 layers: proved
-        # by the search at depths (1, 2), polished, where the union LP leans to (1, 1))
+        # by the search at depths (1, 2), polished, where the union LP leans to (1, 1)). Both come
+        # beside the offload split where that alone may prove the start (start_offload_split)
+        self.start_offload_split()
         for phase in ((self.neighbourhoods, self.searches) if self.far else (self.searches, self.neighbourhoods)):
             phase()
+        self.join_offload_split()
         incumbent = self.incumbent
-        if not self.union_proves(incumbent) and _staging_paid_in_part(self.union_built, self.union_point) and \
-                self.union_proves(incumbent, raised=_offload_split_gain(self.union_built, self.union_point, self.costs)):
-            # the residual offload's staging, paid only in part by the LP: split on it
-            t = time.perf_counter()
-            self.union = max(self.union, _offload_split(self.union_built, self.arrays))
-            self.stats["lp_s"] += time.perf_counter() - t
-            self.stats["lp_solves"] += 2
+        self.start_offload_split()  # for the phases' plan, where the split was not started for the start
+        self.join_offload_split()
         if not self.union_proves(incumbent) and self.direct and self.depth_bounds and not self.expired() and (
                 cutoff is None or incumbent.predicted_step_time_s < cutoff):
             # HiGHS' root on each half of the union model the split left open, asked only for a
@@ -1365,6 +1365,46 @@ class _Solve:
             self.carried = incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
         return None
 
+    def start_offload_split(self):
+        """Where the union LP pays the residual offload's staging only in part and splitting on it
+        (``_offload_split``: two LPs) may raise the LP enough to prove the incumbent, that split is
+        started beside the union phase's first step (HiGHS releases the interpreter lock); the
+        first ``join_offload_split`` after that step waits for it, so the union LP is raised at the
+        same point of the solve whatever the machine load. Hybrid qwen3.6-27b shape, RTX 4090, 128
+        layers: the split alone proves the search's plan (0.07 %) where the searches at the other
+        depth pairs, the LP's neighbourhoods and the depth split before it took 5.4 s and found
+        nothing better; where it does not prove (dense shapes on the H200: it raises the LP by
+        0.03-0.1 %) its two LPs run under the first step. Small models (CLP, which solves the
+        model's own rows) split at once."""
+        if self.offload_split is not None or self.union_proves(self.incumbent) or \
+                not _staging_paid_in_part(self.union_built, self.union_point) or \
+                not self.union_proves(self.incumbent,
+                                      raised=_offload_split_gain(self.union_built, self.union_point, self.costs)):
+            return
+
+        def timed():
+            t = time.perf_counter()
+            value = _offload_split(self.union_built, self.arrays)
+            return value, time.perf_counter() - t
+        if self.arrays is None:
+            value = timed()
+            self.offload_split = concurrent.futures.Future()
+            self.offload_split.set_result(value)
+        else:
+            pool = concurrent.futures.ThreadPoolExecutor(1)
+            self.offload_split = pool.submit(timed)
+            pool.shutdown(wait=False)
+        self.stats["lp_solves"] += 2
+
+    def join_offload_split(self):
+        """The started offload split's bound taken into the union LP (once)."""
+        if self.offload_split is None or self.offload_split_joined:
+            return
+        self.offload_split_joined = True
+        value, seconds = self.offload_split.result()
+        self.union = max(self.union, value)
+        self.stats["lp_s"] += seconds
+
     def rens_in_union_phase(self, point, weight_depth=None):
         """rens_at the depth pair of ``depths`` that ``point`` leans to most (with weight prefetch
         depth ``weight_depth``, for a half's point) among those not yet tried; the incumbent is
@@ -1391,6 +1431,7 @@ class _Solve:
         if not self.direct or not self.union_point or self.union_proves(self.incumbent) or self.expired():
             return
         self.rens_in_union_phase(self.union_point[0])
+        self.join_offload_split()  # started beside that neighbourhood (start_offload_split)
         weights = self.weights
         if self.union_proves(self.incumbent) or len(weights) < 2:
             return
@@ -1415,7 +1456,10 @@ class _Solve:
         for dw, da in pairs:
             if self.union_proves(self.incumbent) or self.expired():
                 break
-            q = self.search_at(dw, da) if (dw, da) != (1, 1) else None
+            if (dw, da) == (1, 1):
+                continue
+            q = self.search_at(dw, da)
+            self.join_offload_split()  # started beside this search (start_offload_split)
             if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
                 self.incumbent = q
                 if self.union_point and not self.union_proves(self.incumbent):
@@ -1424,6 +1468,7 @@ class _Solve:
                     q = self.polish(self.incumbent, quick=True)
                     if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
                         self.incumbent = q
+        self.join_offload_split()
         if not self.union_proves(self.incumbent) and not self.expired():
             q = self.polish(self.incumbent, quick=True)
             if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:

@@ -269,7 +269,7 @@ def test_deeper_activation_prefetch_plan_proved_without_cbc():
     windows ahead, which the search's own model (depth 1) cannot see. The search for depths (1, 2)
     holds back the deeper offload staging too, local search on the step model at those depths
     improves its plan, and the one LP for every depth pair then proves it: no per-depth LP, no
-    CBC, and 2.6 % faster than the depth-(1, 1) search's plan (CBC ran for a minute on the
+    branch and bound, and 2.6 % faster than the depth-(1, 1) search's plan (CBC ran for a minute on the
     64-layer shape before)."""
     hw = Hardware.preset("h200")
     costs = analytic_costs(get_preset("qwen3-32b", num_layers=32), batch_size=32, seq_len=1024,
@@ -278,7 +278,8 @@ def test_deeper_activation_prefetch_plan_proved_without_cbc():
     stats = {}
     solved = milp.solve(costs, hw, stats=stats)
     assert (solved.weight_prefetch_depth, solved.act_prefetch_depth) == (1, 2)
-    assert stats["bb_runs"] == 0 and stats["proof"] == "union_lp" and stats["lp_solves"] == 1
+    # the union LP, and at most the offload split's two LPs beside the search (start_offload_split)
+    assert stats["bb_runs"] == 0 and stats["proof"] == "union_lp" and stats["lp_solves"] <= 3
     assert solved.fits() and solved.gap <= milp.DEFAULT_REL_GAP and solved.solver_status == "optimal"
     assert solved.predicted_step_time_s < shallow.predicted_step_time_s * (1 - 0.02)
     held = milp._at_depths(milp._search_for_depths(costs, hw, 1, 2, 8, 8, search.DEFAULT_EVALUATIONS, True), 1, 2)
