@@ -1327,11 +1327,16 @@ class _Solve:
             # layers) is skipped, and HiGHS, if it branches, starts at the pair the LP leans to
             self.far = _leaning(self.union_point[0], self.union_built, self.depths)[0]
         # a start far from the union LP: the LP's neighbourhoods first (the searches found nothing
-        # within 1 % on the random instances); near it, the searches (qwen3-32b, 64 layers: proved
-        # by the search at depths (1, 2), polished, where the union LP leans to (1, 1)). Both come
-        # beside the offload split where that alone may prove the start (start_offload_split)
+        # within 1 % on the random instances), and more than NEIGHBOURHOODS_FIRST_GAPS above it
+        # too, the searches then after them; near it, the searches first (qwen2.5-3b shape on an
+        # H200 with room for a third of the boundaries, 64 layers: proved by the searches in 2.2 s
+        # where the neighbourhood took 7 s). The first step runs beside the offload split where
+        # that alone may prove the start (start_offload_split)
+        neighbourhoods_first = self.far or (self.direct and self.union_point and
+                                            value - self.union > NEIGHBOURHOODS_FIRST_GAPS * rel_gap * value)
         self.start_offload_split()
-        for phase in ((self.neighbourhoods, self.searches) if self.far else (self.searches, self.neighbourhoods)):
+        for phase in ((self.neighbourhoods, self.searches) if neighbourhoods_first
+                      else (self.searches, self.neighbourhoods)):
             phase()
         self.join_offload_split()
         incumbent = self.incumbent
@@ -1734,6 +1739,15 @@ MIN_RUN_S = 0.05  # the least time limit a solver run is given (``_Solve.left``;
 # union LP (qwen3-32b at 64 layers, 2.5 %, is proved by its search at depths (1, 2), polished, where
 # the LP leans to (1, 1)); its random rows at 4.1-4.4 %, where those searches proved nothing
 UNION_SEARCH_GAPS = 3.0
+# where the start is more than this many rel_gaps above the union LP (but within UNION_SEARCH_GAPS)
+# the LP's neighbourhoods come before the searches at the other depth pairs, which still follow if
+# they do not prove it. Real shapes (planner_probes.py shapes, every 3-32B preset on every hardware
+# preset) start 2.0-3.1 rel_gaps above it where the searches first took 6-12 s at 128 layers and
+# the neighbourhood first 3.6-7.5 s, with the same or faster plans (qwen3-8b A100 with a third of
+# the room: 11.5 -> 4.9 s; qwen3-32b H200: 6.3 -> 3.6 s); at 1.4 the searches first won once
+# (qwen2.5-3b H200, a third of the room, 64 layers: 2.2 s against 9.2 s) and lost once
+# (qwen3-8b A100, 64 layers: 2.5 s against 1.3 s)
+NEIGHBOURHOODS_FIRST_GAPS = 1.5
 RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
 
 
