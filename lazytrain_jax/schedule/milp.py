@@ -1327,15 +1327,17 @@ class _Solve:
             # layers) is skipped, and HiGHS, if it branches, starts at the pair the LP leans to
             self.far = _leaning(self.union_point[0], self.union_built, self.depths)[0]
         # a start far from the union LP: the LP's neighbourhoods first (the searches found nothing
-        # within 1 % on the random instances), and more than NEIGHBOURHOODS_FIRST_GAPS above it
-        # too, the searches then after them; near it, the searches first (qwen2.5-3b shape on an
-        # H200 with room for a third of the boundaries, 64 layers: proved by the searches in 2.2 s
-        # where the neighbourhood took 7 s). The first step runs beside the offload split where
-        # that alone may prove the start (start_offload_split)
-        neighbourhoods_first = self.far or (self.direct and self.union_point and
-                                            value - self.union > NEIGHBOURHOODS_FIRST_GAPS * rel_gap * value)
+        # within 1 % on the random instances); more than NEIGHBOURHOODS_FIRST_GAPS above it, the
+        # first neighbourhood, then the searches, then the neighbourhoods of the LP's halves; near
+        # it, the searches first (qwen2.5-3b shape on an H200 with room for a third of the
+        # boundaries, 64 layers: proved by the searches in 2.2 s where the neighbourhood took 7 s).
+        # The first step runs beside the offload split where that alone may prove the start
+        # (start_offload_split)
+        neighbourhood_first = self.direct and self.union_point and \
+            value - self.union > NEIGHBOURHOODS_FIRST_GAPS * rel_gap * value
         self.start_offload_split()
-        for phase in ((self.neighbourhoods, self.searches) if neighbourhoods_first
+        for phase in ((self.neighbourhoods, self.searches) if self.far else
+                      (self.first_neighbourhood, self.searches, self.half_neighbourhoods) if neighbourhood_first
                       else (self.searches, self.neighbourhoods)):
             phase()
         self.join_offload_split()
@@ -1433,12 +1435,23 @@ class _Solve:
         weight prefetch depth fixed at each depth (two LPs, in parallel): one bound per half of
         the depth pairs, the lower raising the union LP's; and _rens from the solution of each
         half that leaves room (the lower first)."""
-        if not self.direct or not self.union_point or self.union_proves(self.incumbent) or self.expired():
+        self.first_neighbourhood()
+        self.half_neighbourhoods()
+
+    def first_neighbourhood(self):
+        """``rens_at`` the depth pair the union LP's solution leans to (once)."""
+        if not self.direct or not self.union_point or self.union_proves(self.incumbent) or self.expired() or \
+                self.rens_done:
             return
         self.rens_in_union_phase(self.union_point[0])
         self.join_offload_split()  # started beside that neighbourhood (start_offload_split)
+
+    def half_neighbourhoods(self):
+        """The union LP split on the weight prefetch depth, and ``rens_at`` each half's solution
+        that leaves room (``neighbourhoods``)."""
         weights = self.weights
-        if self.union_proves(self.incumbent) or len(weights) < 2:
+        if not self.direct or not self.union_point or self.union_proves(self.incumbent) or self.expired() or \
+                len(weights) < 2 or self.depth_bounds:
             return
         t = time.perf_counter()
         self.depth_bounds, self.depth_points = _depth_split(self.union_built, self.arrays)
@@ -1740,8 +1753,8 @@ MIN_RUN_S = 0.05  # the least time limit a solver run is given (``_Solve.left``;
 # the LP leans to (1, 1)); its random rows at 4.1-4.4 %, where those searches proved nothing
 UNION_SEARCH_GAPS = 3.0
 # where the start is more than this many rel_gaps above the union LP (but within UNION_SEARCH_GAPS)
-# the LP's neighbourhoods come before the searches at the other depth pairs, which still follow if
-# they do not prove it. Real shapes (planner_probes.py shapes, every 3-32B preset on every hardware
+# the LP's first neighbourhood comes before the searches at the other depth pairs, which still
+# follow if it does not prove the start (and the neighbourhoods of the LP's halves after them). Real shapes (planner_probes.py shapes, every 3-32B preset on every hardware
 # preset) start 2.0-3.1 rel_gaps above it where the searches first took 6-12 s at 128 layers and
 # the neighbourhood first 3.6-7.5 s, with the same or faster plans (qwen3-8b A100 with a third of
 # the room: 11.5 -> 4.9 s; qwen3-32b H200: 6.3 -> 3.6 s); at 1.4 the searches first won once
