@@ -459,3 +459,48 @@ def _benchmark_random_nvme_instance(num_layers, seed=7):
     spec.loader.exec_module(planner)
     costs = planner.random_heterogeneous(num_layers, seed=seed)
     return costs, planner.random_nvme_hardware(costs)
+
+
+def test_offload_split_beside_the_first_step_gives_the_same_plan_whichever_ends_first(monkeypatch):
+    """The hybrid qwen3.6-27b shape (48 layers, RTX 4090): the residual offload split alone proves
+    the search's plan, and it runs in a thread beside the union phase's first step
+    (``_Solve.start_offload_split``), joined right after that step. Made slow, or the search made
+    slow, the solve returns the same plan, gap and proof: the split's bound enters the solve at a
+    fixed point, not when its thread ends."""
+    import time as time_module
+
+    hw = Hardware.preset("rtx4090")
+    costs = analytic_costs(get_preset("qwen3.6-27b", num_layers=48), batch_size=8, seq_len=1024,
+                           device_flops=hw.device_flops, num_micro_batches=2,
+                           efficiency_half_tokens=hw.efficiency_half_tokens)
+    calls = []
+    split, search_for_depths = milp._offload_split, milp._search_for_depths
+
+    def spied(built, arrays):
+        calls.append(arrays is not None)
+        return split(built, arrays)
+
+    monkeypatch.setattr(milp, "_offload_split", spied)
+    def counts(stats):
+        return {k: stats[k] for k in ("lp_solves", "rens_runs", "bb_runs", "proof")}
+
+    stats = {}
+    calm = milp.solve(costs, hw, rel_gap=1e-2, stats=stats)
+    assert calls == [True]  # on the HiGHS arrays, so in the thread
+    assert counts(stats) == {"lp_solves": 3, "rens_runs": 0, "bb_runs": 0, "proof": "union_lp"}
+    assert calm.solver_status == "optimal"
+    calm_counts, results = counts(stats), []
+    for slow in ("split", "search"):
+        def slow_split(built, arrays):
+            time_module.sleep(0.5)
+            return split(built, arrays)
+
+        def slow_search(*args):
+            time_module.sleep(0.5)
+            return search_for_depths(*args)
+
+        monkeypatch.setattr(milp, "_offload_split", slow_split if slow == "split" else split)
+        monkeypatch.setattr(milp, "_search_for_depths", slow_search if slow == "search" else search_for_depths)
+        stats = {}
+        results.append((milp.solve(costs, hw, rel_gap=1e-2, stats=stats).replace(solve_time_s=0.0), counts(stats)))
+    assert results == [(calm.replace(solve_time_s=0.0), calm_counts)] * 2
