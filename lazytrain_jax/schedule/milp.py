@@ -949,6 +949,23 @@ def _relaxed(built: Built, *, solver: str = "auto") -> float:
     return float(built.model.objective_value) if ok else float("inf")
 
 
+def _timed(fn, *args, background: bool = True) -> concurrent.futures.Future:
+    """``fn(*args)`` with its seconds: a future of ``(value, seconds)``, run in a thread of its own
+    (HiGHS releases the interpreter lock) unless ``background`` is False (then run here, done)."""
+    def timed():
+        t = time.perf_counter()
+        value = fn(*args)
+        return value, time.perf_counter() - t
+    if not background:
+        future = concurrent.futures.Future()
+        future.set_result(timed())
+        return future
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    future = pool.submit(timed)
+    pool.shutdown(wait=False)
+    return future
+
+
 def _background_lps(builts: list, workers: int = 1, points: list | None = None):
     """Starts ``_relaxed`` of every model in ``builts`` in ``workers`` threads (HiGHS releases the
     interpreter lock; the arrays are read here first, which holds it); returns a function that
@@ -1183,13 +1200,7 @@ class _Solve:
                                     if self.union_built.model.num_nz >= HIGHS_MIN_NONZEROS else None)
             stats["lp_s"] += time.perf_counter() - t
             if arrays is not None:
-                def timed_highs():
-                    t = time.perf_counter()
-                    value = _highs_solve(arrays, self.union_point)
-                    return value, time.perf_counter() - t
-                pool = concurrent.futures.ThreadPoolExecutor(1)
-                union_lp = pool.submit(timed_highs)
-                pool.shutdown(wait=False)
+                union_lp = _timed(_highs_solve, arrays, self.union_point)
         if search_evaluations >= 0:
             t = time.perf_counter()
             self.found = search.heuristic_plan(costs, hardware, max_segment_length=self.S, max_resident_tail=self.K,
@@ -1388,19 +1399,9 @@ class _Solve:
                 not self.union_proves(self.incumbent,
                                       raised=_offload_split_gain(self.union_built, self.union_point, self.costs)):
             return
-
-        def timed():
-            t = time.perf_counter()
-            value = _offload_split(self.union_built, self.arrays)
-            return value, time.perf_counter() - t
-        if self.arrays is None:
-            value = timed()
-            self.offload_split = concurrent.futures.Future()
-            self.offload_split.set_result(value)
-        else:
-            pool = concurrent.futures.ThreadPoolExecutor(1)
-            self.offload_split = pool.submit(timed)
-            pool.shutdown(wait=False)
+        # CLP solves the model's own rows (changed and restored by the split): not beside a step
+        self.offload_split = _timed(_offload_split, self.union_built, self.arrays,
+                                    background=self.arrays is not None)
         self.stats["lp_solves"] += 2
 
     def join_offload_split(self):
@@ -1438,10 +1439,15 @@ class _Solve:
         self.first_neighbourhood()
         self.half_neighbourhoods()
 
+    def neighbourhoods_open(self) -> bool:
+        """Whether the union LP's neighbourhoods may run now: HiGHS' path with the LP's solution at
+        hand, the incumbent not proved, time left."""
+        return self.direct and bool(self.union_point) and not self.union_proves(self.incumbent) and \
+            not self.expired()
+
     def first_neighbourhood(self):
         """``rens_at`` the depth pair the union LP's solution leans to (once)."""
-        if not self.direct or not self.union_point or self.union_proves(self.incumbent) or self.expired() or \
-                self.rens_done:
+        if not self.neighbourhoods_open() or self.rens_done:
             return
         self.rens_in_union_phase(self.union_point[0])
         self.join_offload_split()  # started beside that neighbourhood (start_offload_split)
@@ -1450,8 +1456,7 @@ class _Solve:
         """The union LP split on the weight prefetch depth, and ``rens_at`` each half's solution
         that leaves room (``neighbourhoods``)."""
         weights = self.weights
-        if not self.direct or not self.union_point or self.union_proves(self.incumbent) or self.expired() or \
-                len(weights) < 2 or self.depth_bounds:
+        if not self.neighbourhoods_open() or len(weights) < 2 or self.depth_bounds:
             return
         t = time.perf_counter()
         self.depth_bounds, self.depth_points = _depth_split(self.union_built, self.arrays)
@@ -1754,8 +1759,9 @@ MIN_RUN_S = 0.05  # the least time limit a solver run is given (``_Solve.left``;
 UNION_SEARCH_GAPS = 3.0
 # where the start is more than this many rel_gaps above the union LP (but within UNION_SEARCH_GAPS)
 # the LP's first neighbourhood comes before the searches at the other depth pairs, which still
-# follow if it does not prove the start (and the neighbourhoods of the LP's halves after them). Real shapes (planner_probes.py shapes, every 3-32B preset on every hardware
-# preset) start 2.0-3.1 rel_gaps above it where the searches first took 6-12 s at 128 layers and
+# follow if it does not prove the start (and the neighbourhoods of the LP's halves after them).
+# Real shapes (planner_probes.py shapes, every 3-32B preset on every hardware preset) start
+# 2.0-3.1 rel_gaps above it where the searches first took 6-12 s at 128 layers and
 # the neighbourhood first 3.6-7.5 s, with the same or faster plans (qwen3-8b A100 with a third of
 # the room: 11.5 -> 4.9 s; qwen3-32b H200: 6.3 -> 3.6 s); at 1.4 the searches first won once
 # (qwen2.5-3b H200, a third of the room, 64 layers: 2.2 s against 9.2 s) and lost once

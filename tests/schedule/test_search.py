@@ -480,9 +480,18 @@ def test_offload_split_beside_the_first_step_gives_the_same_plan_whichever_ends_
         calls.append(arrays is not None)
         return split(built, arrays)
 
-    monkeypatch.setattr(milp, "_offload_split", spied)
+    def slow_split(built, arrays):
+        time_module.sleep(0.5)
+        return split(built, arrays)
+
+    def slow_search(*args):
+        time_module.sleep(0.5)
+        return search_for_depths(*args)
+
     def counts(stats):
         return {k: stats[k] for k in ("lp_solves", "rens_runs", "bb_runs", "proof")}
+
+    monkeypatch.setattr(milp, "_offload_split", spied)
 
     stats = {}
     calm = milp.solve(costs, hw, rel_gap=1e-2, stats=stats)
@@ -491,14 +500,6 @@ def test_offload_split_beside_the_first_step_gives_the_same_plan_whichever_ends_
     assert calm.solver_status == "optimal"
     calm_counts, results = counts(stats), []
     for slow in ("split", "search"):
-        def slow_split(built, arrays):
-            time_module.sleep(0.5)
-            return split(built, arrays)
-
-        def slow_search(*args):
-            time_module.sleep(0.5)
-            return search_for_depths(*args)
-
         monkeypatch.setattr(milp, "_offload_split", slow_split if slow == "split" else split)
         monkeypatch.setattr(milp, "_search_for_depths", slow_search if slow == "search" else search_for_depths)
         stats = {}
