@@ -567,20 +567,68 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # nothing (its case's weights less p).
         # On random host-only instances they raised the LPs by 1-1.5 % (64 layers, seed 8:
         # depths (2,1) 19.540 -> 19.769 s against a 19.933 s plan)
-        def up_time(layer):
-            return 0.0 if dw > 1 else W[layer] / h2d
+        # In the union relaxation every depth pair's lengths are written: (2, 2)'s as they are
+        # (valid at every pair), and each shallower pair's less y_w (y_a) times the most any of
+        # the row's cases shortens when the weight (activation) depth goes to 2, so that each row
+        # holds at every corner of the indicators. Without them the union LP at y = (0, 0) was
+        # depth 1's model less its case cuts: varied seed 4, 128 layers, 28.57 s at y = (0, 0)
+        # where the (1, 1) LP is 30.20 s and the (1, 2) LP 28.63 s; the solve's first neighbourhood
+        # went to (1, 1) and found nothing within 1 %
+        variants = [(2, 2), (1, 2), (2, 1), (1, 1)] if union else [(dw, da)]
+        shares = {}  # a resident case's p, one per case (shared by the variants)
 
-        def case(value, resident_value, ind, layer):
-            """One case: (its least length, its indicator, the length when ``layer``'s weights are
-            resident, p). p ≤ ind, p ≤ r_layer (a resident-tail layer uploads nothing) takes the
-            weights' share off; only upper bounds, so the LP raises it to min(ind, r) and every
-            integer point keeps a p that holds."""
-            if layer not in r or resident_value >= value:
-                return value, ind, value, None
-            p = m.add_var(lb=0.0, ub=1.0)
-            m.add_constr(p <= ind)
-            m.add_constr(p <= r[layer])
-            return value, ind, resident_value, p
+        def up_time(layer, wd):
+            return 0.0 if wd > 1 else W[layer] / h2d
+
+        def base_up(s, ad):
+            return A[s] / h2d if ad == 1 else 0.0
+
+        def spec(key, ind, layer, lengths):
+            """A case: its key (for its p), indicator, layer (whose residency takes its weights off)
+            and lengths(wd, ad) -> (its least length, that length when the layer is resident)."""
+            return key, ind, layer, lengths
+
+        def cases_at(specs, v, above=None):
+            """The cases of ``specs`` at depth pair ``v``, as (length, indicator, resident length, p);
+            only those longer than ``above`` where it is given. p ≤ ind, p ≤ r_layer (a
+            resident-tail layer uploads nothing) takes the weights' share off; only upper bounds,
+            so the LP raises it to min(ind, r) and every integer point keeps a p that holds."""
+            out = []
+            for key, ind, layer, lengths in specs:
+                value, resident_value = lengths(*v)
+                if above is not None and value <= above:
+                    continue
+                if layer not in r or resident_value >= value:
+                    out.append((value, ind, value, None))
+                    continue
+                if key not in shares:
+                    p = shares[key] = m.add_var(lb=0.0, ub=1.0)
+                    m.add_constr(p <= ind)
+                    m.add_constr(p <= r[layer])
+                out.append((value, ind, resident_value, shares[key]))
+            return out
+
+        def reach(specs, v, floor):
+            """How much the rows at depth pair ``v`` over ``specs`` may overstate the window at the
+            pair with the weight (then the activation) depth 2 instead: the most any case's length
+            drops (the window lasts at least ``floor`` at every pair)."""
+            out = []
+            for dim in (0, 1):
+                if v[dim] == 2 or not union:
+                    out.append(0.0)
+                    continue
+                deeper = (2, v[1]) if dim == 0 else (v[0], 2)
+                drop_most = 0.0
+                for *_, lengths in specs:
+                    here, there = lengths(*v), lengths(*deeper)
+                    drop_most = max(drop_most, here[0] - max(there[0], floor), here[1] - max(there[1], floor))
+                out.append(drop_most)
+            return out
+
+        def weakened(bound, reaches):
+            """``bound`` less y_w and y_a times their reaches (the union's rows of shallower pairs)."""
+            terms = [c * y for c, y in zip(reaches, (y_w, y_a)) if c > 0]
+            return bound - xs(terms) if terms else bound
 
         def over(cases, top):
             """Σ_case (length − top)⁺ · indicator, less each resident case's share."""
@@ -591,6 +639,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     if p is not None:
                         terms.append(-(value - top - max(resident_value - top, 0.0)) * p)
             return xs(terms)
+
+        def fixed(value, resident_value=None):
+            return lambda wd, ad: (value, value if resident_value is None else resident_value)
 
         for l in list(range(L)) + [L]:  # the backward windows, then FH (the head's forward: l = L)
             name = f"B{l}" if l < L else "FH"
@@ -608,59 +659,81 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # each one-channel cut of the window (an NVMe read, a residual fetch). One family:
             # T ≥ cmin + Σ_case (its length − cmin) · its indicator (a one-channel cut alone is in
             # the window's rows already, from the window's constant loads)
-            families = []  # (its largest length, its cases)
+            families = []  # (case specs, whether the family's own row is added here)
             if l >= 1:
                 # (boundary L is always kept: FH's next item is the top of the last segment)
-                cases = [case(max(cmin, up_time(l - 1)), cmin, drop(l), l - 1)] if l < L else []
+                path = []
+                if l < L:
+                    path.append(spec((name, "drop"), drop(l), l - 1,
+                                     lambda wd, ad, k=l - 1: (max(cmin, up_time(k, wd)), cmin)))
                 for s in range(max(0, l - S), l):
-                    f, wts = first(s, l), up_time(first(s, l))
+                    f = first(s, l)
+                    weights_only = (lambda wd, ad, f=f: (max(cmin, up_time(f, wd)), cmin))
                     if (s, l) not in u:
-                        cases.append(case(max(cmin, wts), cmin, x[s, l], f))
+                        path.append(spec((name, s), x[s, l], f, weights_only))
                         continue
                     # the segment's base comes up with its weights (same link): from the host (at
                     # activation depth 1 nothing of it moves to the window before) or, read from
                     # NVMe a window earlier, from the host's staging (never moved)
                     on_host = u[s, l] - v[s, l] if (s, l) in v else u[s, l]
-                    base_up = A[s] / h2d if da == 1 else 0.0
-                    cases += [case(max(cmin, wts), cmin, x[s, l] - u[s, l], f),
-                              case(max(cmin, wts + base_up), max(cmin, base_up), on_host, f)]
+                    path += [spec((name, s, "device"), x[s, l] - u[s, l], f, weights_only),
+                             spec((name, s, "host"), on_host, f,
+                                  lambda wd, ad, f=f, s=s: (max(cmin, up_time(f, wd) + base_up(s, ad)),
+                                                            max(cmin, base_up(s, ad))))]
                     if (s, l) in v:
-                        cases.append(case(max(cmin, wts + A[s] / h2d), max(cmin, A[s] / h2d), v[s, l], f))
-                families.append((max(c[0] for c in cases), cases))
+                        path.append(spec((name, s, "nvme"), v[s, l], f,
+                                         lambda wd, ad, f=f, s=s: (max(cmin, up_time(f, wd) + A[s] / h2d),
+                                                                   max(cmin, A[s] / h2d))))
+                families.append((path, True))
             z = None if l == L else x[L - 1, L] if l + 1 == L else drop(l + 1) + x[l, l + 1]
             if z is not None and gprev(l + 1) / d2h > cmin:
-                families.append((gprev(l + 1) / d2h, [case(gprev(l + 1) / d2h, 0.0, z, None)]))
-            alone = len(families)  # the one-channel cuts' own rows are the window's already
+                families.append(([spec(None, z, None, fixed(gprev(l + 1) / d2h, 0.0))], True))
+            # the one-channel cuts' own rows are the window's already
             for cut in win[name]["cuts"]:
-                cases = [case(sec, 0.0, zc, None) for sec, zc in cut if sec > cmin]
-                if cases:
-                    families.append((max(c[0] for c in cases), cases))
-            bounds = [cmin + over(cases, cmin) for _, cases in families]
-            for (top, _), bound in zip(families[:alone], bounds):
-                if top > cmin:
-                    m.add_constr(t >= bound)
-            # two families at once: T ≥ max(C_P, C_Q) ≥ C_P + Σ_Q (C_q − max C_P)⁺ · z_q. A cut
-            # alone counts only its own case: an NVMe read's cut from the compute, not from the
-            # weights or gradients every case moves too (varied seed 0, 32 layers, every boundary
-            # kept: the LP 9.97 s against a 10.47 s optimum with single families only)
-            for i, (top, _) in enumerate(families):
-                for j2, (_, others) in enumerate(families):
-                    terms = over(others, top) if j2 != i else None
-                    if terms is not None and terms.expr:
-                        m.add_constr(t >= bounds[i] + terms)
+                families.append(([spec(None, zc, None, fixed(sec)) for sec, zc in cut], False))
+            for variant in variants:
+                at = []  # (top, cases, own row, reaches)
+                for specs, own in families:
+                    cases = cases_at(specs, variant, None if own else cmin)
+                    if cases:
+                        at.append((max(c[0] for c in cases), cases, own, reach(specs, variant, cmin)))
+                bounds = [cmin + over(cases, cmin) for _, cases, _, _ in at]
+                for (top, _, own, reaches), bound in zip(at, bounds):
+                    # (a shallower pair's row whose lengths do not reach past (2, 2)'s is that row:
+                    # not written twice, which upset HiGHS' interior point: qwen3-32b shape, H100,
+                    # 128 layers, a solve error)
+                    if own and top > cmin and (variant == variants[0] or any(c > 0 for c in reaches)):
+                        m.add_constr(t >= weakened(bound, reaches))
+                # two families at once: T ≥ max(C_P, C_Q) ≥ C_P + Σ_Q (C_q − max C_P)⁺ · z_q. A cut
+                # alone counts only its own case: an NVMe read's cut from the compute, not from the
+                # weights or gradients every case moves too (varied seed 0, 32 layers, every boundary
+                # kept: the LP 9.97 s against a 10.47 s optimum with single families only). In the
+                # union relaxation only at (2, 2) (the shallower pairs' pair rows moved no LP: varied
+                # seeds 2, 4, 16 at 128 layers, 800-1,300 rows)
+                for i, (top, _, _, reaches) in enumerate(at):
+                    for j2, (_, others, _, reaches2) in enumerate(at):
+                        terms = over(others, top) if j2 != i and variant == variants[0] else None
+                        if terms is not None and terms.expr:
+                            m.add_constr(t >= weakened(bounds[i] + terms, [max(a, b) for a, b in zip(reaches, reaches2)]))
         for j in range(L - 1):
             t = window_time[f"RC{j}"]
             if isinstance(t, (int, float)):
                 continue
             # RC_j exists iff boundary j + 1 is dropped: one edge (s, e) covers it; s = j sends down
             # the gradients of the layer above the segment
-            cases = []
+            specs = []
             for (s, e), var in x.items():
                 if s <= j and e >= j + 2:
                     down = gprev(e) / d2h if s == j else 0.0
-                    cases.append(case(max(fwd[j], up_time(j + 1), down), max(fwd[j], down), var, j + 1))
-            if cases:
-                m.add_constr(t >= over(cases, 0.0))
+                    specs.append(spec((f"RC{j}", s, e), var, j + 1,
+                                      lambda wd, ad, down=down: (max(fwd[j], up_time(j + 1, wd), down), max(fwd[j], down))))
+            for variant in (variants if not union else [(2, 2), (1, 2)]):  # (the activation depth changes nothing here)
+                if not specs:
+                    break
+                reaches = reach(specs, variant, 0.0)
+                if variant != variants[0] and not any(c > 0 for c in reaches):
+                    continue
+                m.add_constr(t >= weakened(over(cases_at(specs, variant), 0.0), reaches))
 
     def least_weights(name):
         """The fewest weight bytes backward window ``name`` (B_l or FH) uploads in any plan: its next
@@ -1183,6 +1256,8 @@ class _Solve:
         self.rens_done = set()     # the depth pairs rens_at has run at
         self.offload_split = None  # the offload split's future (start_offload_split), once started
         self.offload_split_joined = False  # its bound taken into the union LP (join_offload_split)
+        self.halves_done = False       # half_neighbourhoods has run
+        self.early_depth_split = None  # the depth split's future, started beside the first step (start_depth_split)
         self.carried = None        # the union phase's best plan, when the union LP does not prove it
         self.far = None            # the depth pair HiGHS starts with, when that plan is far from the union LP
         self.best, self.best_bound = None, float("inf")
@@ -1347,6 +1422,8 @@ class _Solve:
         neighbourhood_first = self.direct and self.union_point and \
             value - self.union > NEIGHBOURHOODS_FIRST_GAPS * rel_gap * value
         self.start_offload_split()
+        if not self.far and not neighbourhood_first:
+            self.start_depth_split()
         for phase in ((self.neighbourhoods, self.searches) if self.far else
                       (self.first_neighbourhood, self.searches, self.half_neighbourhoods) if neighbourhood_first
                       else (self.searches, self.neighbourhoods)):
@@ -1405,13 +1482,36 @@ class _Solve:
         self.stats["lp_solves"] += 2
 
     def join_offload_split(self):
-        """The started offload split's bound taken into the union LP (once)."""
+        """The started offload split's bound taken into the union LP (once), and the depth split's
+        started beside the same step (``start_depth_split``)."""
+        self.join_depth_split()
         if self.offload_split is None or self.offload_split_joined:
             return
         self.offload_split_joined = True
         value, seconds = self.offload_split.result()
         self.union = max(self.union, value)
         self.stats["lp_s"] += seconds
+
+    def start_depth_split(self):
+        """Where the union LP's solution takes the weight prefetch depth fractionally (y_w between
+        DEPTH_SPLIT_EARLY and 1 − it) the LP split on that depth (``_depth_split``) raises its bound
+        most: that split is started beside the union phase's first step, and joined after it
+        (``join_offload_split``), not left to ``half_neighbourhoods``."""
+        if self.early_depth_split is not None or self.offload_split is not None or self.depth_bounds or \
+                not self.neighbourhoods_open() or len(self.weights) < 2:
+            return
+        y_w = float(self.union_point[0][self.union_built.depth_indicators[0].idx])
+        if not DEPTH_SPLIT_EARLY < y_w < 1.0 - DEPTH_SPLIT_EARLY:
+            return
+        self.early_depth_split = _timed(_depth_split, self.union_built, self.arrays)
+        self.stats["lp_solves"] += 2
+
+    def join_depth_split(self):
+        if self.early_depth_split is None or self.depth_bounds:
+            return
+        (self.depth_bounds, self.depth_points), seconds = self.early_depth_split.result()
+        self.stats["lp_s"] += seconds
+        self.union = max(self.union, min(self.depth_bounds[dw] for dw in self.weights))
 
     def rens_in_union_phase(self, point, weight_depth=None):
         """rens_at the depth pair of ``depths`` that ``point`` leans to most (with weight prefetch
@@ -1456,13 +1556,16 @@ class _Solve:
         """The union LP split on the weight prefetch depth, and ``rens_at`` each half's solution
         that leaves room (``neighbourhoods``)."""
         weights = self.weights
-        if not self.neighbourhoods_open() or len(weights) < 2 or self.depth_bounds:
+        if not self.neighbourhoods_open() or len(weights) < 2 or self.halves_done:
             return
-        t = time.perf_counter()
-        self.depth_bounds, self.depth_points = _depth_split(self.union_built, self.arrays)
-        self.stats["lp_s"] += time.perf_counter() - t
-        self.stats["lp_solves"] += 2
-        self.union = max(self.union, min(self.depth_bounds[dw] for dw in weights))
+        self.halves_done = True
+        self.join_depth_split()
+        if not self.depth_bounds:
+            t = time.perf_counter()
+            self.depth_bounds, self.depth_points = _depth_split(self.union_built, self.arrays)
+            self.stats["lp_s"] += time.perf_counter() - t
+            self.stats["lp_solves"] += 2
+            self.union = max(self.union, min(self.depth_bounds[dw] for dw in weights))
         for dw in sorted(weights, key=lambda dw: self.depth_bounds[dw]):
             if self.union_proves(self.incumbent) or self.expired():
                 break
@@ -1767,6 +1870,7 @@ UNION_SEARCH_GAPS = 3.0
 # (qwen2.5-3b H200, a third of the room, 64 layers: 2.2 s against 9.2 s) and lost once
 # (qwen3-8b A100, 64 layers: 2.5 s against 1.3 s)
 NEIGHBOURHOODS_FIRST_GAPS = 1.5
+DEPTH_SPLIT_EARLY = 0.05  # start_depth_split: a union LP weight depth indicator this far from 0 and 1
 RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
 
 

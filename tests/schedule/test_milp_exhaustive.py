@@ -165,8 +165,11 @@ def test_milp_matches_enumeration(num_layers, seed, dev, host, nvme, bw):
     assert expected < float("inf"), "instance should be feasible"
     assert milp.lp_bound(costs, hw, max_segment_length=4, max_resident_tail=num_layers) <= expected + 1e-6
     union = milp.build(costs, hw, max_segment_length=4, max_resident_tail=num_layers, union=True)
+    assert milp._relaxed(union, solver="clp") <= expected + 1e-6  # with every depth pair's case cuts
     for arrays in (None, milp._highs_arrays(union.model)):  # the split on the residual offload (CLP, HiGHS)
         assert milp._offload_split(union, arrays) <= expected + 1e-6
+        bounds, _ = milp._depth_split(union, milp._highs_arrays(union.model))
+        assert min(bounds.values()) <= expected + 1e-6
     assert solved is not None
     assert solved.predicted_step_time_s <= expected + 1e-6
     assert solved.predicted_step_time_s >= expected - 1e-6  # it is itself a plan of the space
@@ -273,6 +276,32 @@ def test_union_lp_is_below_every_depth_pairs_lp():
                      for dw, da in milp.MILP_DEPTHS]
         assert union <= min(depth_lps) + 1e-9 * (1 + abs(union)), (trial, union, depth_lps)
 
+
+
+def test_union_lp_keeps_depth_one_case_cuts_at_its_depth_one_corner():
+    """The union LP writes every depth pair's case cuts, each shallower pair's less its depth
+    indicators' reach: at y = (0, 0) it is depth (1, 1)'s LP with those cuts (not the LP without
+    them, as when only depth 2's were written), and it never passes that LP. Random instances, and
+    a large-boundary instance where the cuts raise depth 1's LP by 3 %."""
+    rng = random.Random(3)
+    instances = [random_instance(rng, rng.randint(4, 10)) for _ in range(8)]
+    costs = synthetic_costs(num_layers=8, weight_bytes=0.1e9, boundary_bytes=0.9e9, fwd_time=0.02,
+                            residual_bytes=0.0, workspace_bytes=1e9, head_time=0.05, head_bytes=0.2e9)
+    instances.append((costs, Hardware(device_memory=sum(memory.constant_bytes(costs, Hardware.preset("h100")).values())
+                                      + 2.5e9, h2d_bw=15e9, d2h_bw=12e9, device_flops=1e14, host_memory=20e9,
+                                      host_opt_rate=1e10)))
+    raised = 0
+    for costs, hw in instances:
+        union = milp.build(costs, hw, union=True)
+        for y in union.depth_indicators:
+            y.ub = 0.0
+        corner = milp._relaxed(union, solver="clp")
+        with_cuts = milp._relaxed(milp.build(costs, hw), solver="clp")
+        without = milp._relaxed(milp.build(costs, hw, case_cuts=False), solver="clp")
+        assert corner <= with_cuts + 1e-7 * (1 + with_cuts), (corner, with_cuts)
+        assert corner >= without - 1e-7 * (1 + without), (corner, without)
+        raised += corner > without * (1 + 1e-4)
+    assert raised >= 1 and corner > without * 1.03, (raised, corner, with_cuts, without)
 
 
 def test_lp_relaxation_same_optimum_in_highs_and_clp():
