@@ -215,7 +215,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       union: a relaxation of every depth pair at once (only for its LP bound): the memory and the
         optimizer deadlines of depth 1, plus, per prefetch kind, a relaxed depth indicator y that
         bounds the depth-2 upload splits (each at most y of its share), adds y of the deeper buffer's
-        bytes and moves the deadlines y of the way to depth 2's (each depth pair is a point y ∈ {0, 1}).
+        bytes and moves the deadlines y of the way to depth 2's (each depth pair is a point y ∈ {0, 1});
+        its case cuts are every depth pair's, each shallower pair's less y times its reach, so that
+        at y = (0, 0) it is depth (1, 1)'s LP with its cuts.
       residual_offload: whether kept residuals may go to the host (``Plan.offload_residuals``).
       case_cuts: add the windows' case cuts and the residual fetch cuts over several windows (valid
         inequalities; off only to measure what they add).
