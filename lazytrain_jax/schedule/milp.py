@@ -729,9 +729,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     down = gprev(e) / d2h if s == j else 0.0
                     specs.append(spec((f"RC{j}", s, e), var, j + 1,
                                       lambda wd, ad, down=down: (max(fwd[j], up_time(j + 1, wd), down), max(fwd[j], down))))
-            for variant in (variants if not union else [(2, 2), (1, 2)]):  # (the activation depth changes nothing here)
-                if not specs:
-                    break
+            for variant in (variants if not union else [(2, 2), (1, 2)]) if specs else ():  # (no activation depth here)
                 reaches = reach(specs, variant, 0.0)
                 if variant != variants[0] and not any(c > 0 for c in reaches):
                     continue
@@ -1257,9 +1255,9 @@ class _Solve:
         self.depth_points = {}     # weight prefetch depth -> that bound's LP solution
         self.rens_done = set()     # the depth pairs rens_at has run at
         self.offload_split = None  # the offload split's future (start_offload_split), once started
-        self.offload_split_joined = False  # its bound taken into the union LP (join_offload_split)
+        self.offload_split_joined = False  # its bound taken into the union LP (join_splits)
         self.halves_done = False       # half_neighbourhoods has run
-        self.early_depth_split = None  # the depth split's future, started beside the first step (start_depth_split)
+        self.depth_split = None    # the depth split's future (split_on_depth), until joined into depth_bounds
         self.carried = None        # the union phase's best plan, when the union LP does not prove it
         self.far = None            # the depth pair HiGHS starts with, when that plan is far from the union LP
         self.best, self.best_bound = None, float("inf")
@@ -1430,10 +1428,10 @@ class _Solve:
                       (self.first_neighbourhood, self.searches, self.half_neighbourhoods) if neighbourhood_first
                       else (self.searches, self.neighbourhoods)):
             phase()
-        self.join_offload_split()
+        self.join_splits()
         incumbent = self.incumbent
         self.start_offload_split()  # for the phases' plan, where the split was not started for the start
-        self.join_offload_split()
+        self.join_splits()
         if not self.union_proves(incumbent) and self.direct and self.depth_bounds and not self.expired() and (
                 cutoff is None or incumbent.predicted_step_time_s < cutoff):
             # HiGHS' root on each half of the union model the split left open, asked only for a
@@ -1466,7 +1464,7 @@ class _Solve:
         """Where the union LP pays the residual offload's staging only in part and splitting on it
         (``_offload_split``: two LPs) may raise the LP enough to prove the incumbent, that split is
         started beside the union phase's first step (HiGHS releases the interpreter lock); the
-        first ``join_offload_split`` after that step waits for it, so the union LP is raised at the
+        first ``join_splits`` after that step waits for it, so the union LP is raised at the
         same point of the solve whatever the machine load. Hybrid qwen3.6-27b shape, RTX 4090, 128
         layers: the split alone proves the search's plan (0.07 %) where the searches at the other
         depth pairs, the LP's neighbourhoods and the depth split before it took 5.4 s and found
@@ -1483,9 +1481,9 @@ class _Solve:
                                     background=self.arrays is not None)
         self.stats["lp_solves"] += 2
 
-    def join_offload_split(self):
+    def join_splits(self):
         """The started offload split's bound taken into the union LP (once), and the depth split's
-        started beside the same step (``start_depth_split``)."""
+        (``join_depth_split``), started beside the same step."""
         self.join_depth_split()
         if self.offload_split is None or self.offload_split_joined:
             return
@@ -1498,20 +1496,25 @@ class _Solve:
         """Where the union LP's solution takes the weight prefetch depth fractionally (y_w between
         DEPTH_SPLIT_EARLY and 1 − it) the LP split on that depth (``_depth_split``) raises its bound
         most: that split is started beside the union phase's first step, and joined after it
-        (``join_offload_split``), not left to ``half_neighbourhoods``."""
-        if self.early_depth_split is not None or self.offload_split is not None or self.depth_bounds or \
+        (``join_splits``), not left to ``half_neighbourhoods``."""
+        if self.depth_split is not None or self.offload_split is not None or self.depth_bounds or \
                 not self.neighbourhoods_open() or len(self.weights) < 2:
             return
         y_w = float(self.union_point[0][self.union_built.depth_indicators[0].idx])
-        if not DEPTH_SPLIT_EARLY < y_w < 1.0 - DEPTH_SPLIT_EARLY:
-            return
-        self.early_depth_split = _timed(_depth_split, self.union_built, self.arrays)
+        if DEPTH_SPLIT_EARLY < y_w < 1.0 - DEPTH_SPLIT_EARLY:
+            self.split_on_depth()
+
+    def split_on_depth(self, background=True):
+        """``_depth_split`` of the union LP, in a thread (or here, done); ``join_depth_split`` takes it."""
+        self.depth_split = _timed(_depth_split, self.union_built, self.arrays, background=background)
         self.stats["lp_solves"] += 2
 
     def join_depth_split(self):
-        if self.early_depth_split is None or self.depth_bounds:
+        """The depth split's halves taken as ``depth_bounds`` / ``depth_points``, the union LP raised
+        to the lower half's bound (once)."""
+        if self.depth_split is None or self.depth_bounds:
             return
-        (self.depth_bounds, self.depth_points), seconds = self.early_depth_split.result()
+        (self.depth_bounds, self.depth_points), seconds = self.depth_split.result()
         self.stats["lp_s"] += seconds
         self.union = max(self.union, min(self.depth_bounds[dw] for dw in self.weights))
 
@@ -1552,7 +1555,7 @@ class _Solve:
         if not self.neighbourhoods_open() or self.rens_done:
             return
         self.rens_in_union_phase(self.union_point[0])
-        self.join_offload_split()  # started beside that neighbourhood (start_offload_split)
+        self.join_splits()  # started beside that neighbourhood (start_offload_split)
 
     def half_neighbourhoods(self):
         """The union LP split on the weight prefetch depth, and ``rens_at`` each half's solution
@@ -1561,13 +1564,9 @@ class _Solve:
         if not self.neighbourhoods_open() or len(weights) < 2 or self.halves_done:
             return
         self.halves_done = True
+        if self.depth_split is None:
+            self.split_on_depth(background=False)
         self.join_depth_split()
-        if not self.depth_bounds:
-            t = time.perf_counter()
-            self.depth_bounds, self.depth_points = _depth_split(self.union_built, self.arrays)
-            self.stats["lp_s"] += time.perf_counter() - t
-            self.stats["lp_solves"] += 2
-            self.union = max(self.union, min(self.depth_bounds[dw] for dw in weights))
         for dw in sorted(weights, key=lambda dw: self.depth_bounds[dw]):
             if self.union_proves(self.incumbent) or self.expired():
                 break
@@ -1587,7 +1586,7 @@ class _Solve:
             if (dw, da) == (1, 1):
                 continue
             q = self.search_at(dw, da)
-            self.join_offload_split()  # started beside this search (start_offload_split)
+            self.join_splits()  # started beside this search (start_offload_split)
             if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
                 self.incumbent = q
                 if self.union_point and not self.union_proves(self.incumbent):
@@ -1596,7 +1595,7 @@ class _Solve:
                     q = self.polish(self.incumbent, quick=True)
                     if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
                         self.incumbent = q
-        self.join_offload_split()
+        self.join_splits()
         if not self.union_proves(self.incumbent) and not self.expired():
             q = self.polish(self.incumbent, quick=True)
             if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
