@@ -127,10 +127,11 @@ def plans_for(family, seed, n, micro_batch=None, mode=None):
 
 @pytest.mark.parametrize("family", ["qwen3"])
 def test_random_plans_loss_and_grads_fixed_micro_batch(family):
-    """16 random plans (tiers incl. NVMe, segments, residuals on device and on the host, tails,
+    """8 random plans (tiers incl. NVMe, segments, residuals on device and on the host, tails,
     depths 1-3, 1/2/4 micro-batches of 2 rows): streamed loss and gradients equal the resident ones
-    within 1e-5."""
-    plans = plans_for(family, 1, 16, micro_batch=2)
+    within 1e-5 (the slow test draws 70 plans per family)."""
+    plans = plans_for(family, 1, 8, micro_batch=2)
+    assert {p.weight_prefetch_depth for p in plans} == {p.act_prefetch_depth for p in plans} == {1, 2, 3}
     assert {p.num_micro_batches for p in plans} == {1, 2, 4}
     assert any("nvme" in p.boundary_tiers for p in plans) and any("host" in p.boundary_tiers for p in plans)
     assert sum(any(p.offload_residuals) for p in plans) >= 3

@@ -82,14 +82,16 @@ def plans(seed: int, n: int, num_micro_batches: int | None = None):
 
 
 def test_random_plans_on_the_hybrid_stack():
-    """3 random plans with 2 micro-batches of 2 rows (one batch shape: one compilation per kind);
-    tiers incl. host/NVMe/drop, segments across both kinds, residuals, tails, depths. The slow test
-    draws 40 plans with 1, 2 or 4 micro-batches. The tolerance's order floor is that of the plans' own
-    2 micro-batches (the slow test's, of 2 and 4, is at least as wide)."""
-    chosen = plans(7, 3, num_micro_batches=2)
-    assert any("drop" in p.boundary_tiers for p in chosen) and any("host" in p.boundary_tiers for p in chosen)
+    """3 random plans with one micro-batch of 2 rows (one batch shape: one compilation per kind, and
+    one of the resident reference); tiers incl. host/NVMe/drop, segments across both kinds,
+    residuals, tails, depths. Within ``TOL`` everywhere: one micro-batch sums each gradient in the
+    resident order. The slow test draws 40 plans with 1, 2 or 4 micro-batches, its tolerance
+    widened by the order floor of 2 and 4."""
+    chosen = plans(7, 3, num_micro_batches=1)
+    for tier in ("drop", "host", "nvme"):
+        assert any(tier in p.boundary_tiers for p in chosen), tier
     for plan in chosen:
-        check(plan, micro_batches=(2,))
+        check(plan, micro_batches=())
 
 
 @pytest.mark.slow

@@ -120,9 +120,9 @@ def _check(fmt, configs, verbose=False):
 
 @pytest.mark.xla_optimized
 def test_grid_subset_dynamic8():
-    """Default run: 4 configs spanning the grid's corners, default state format."""
-    configs = [(3e-3, 0.999, 1e-8, 0.0, None), (3e-3, 0.95, 1e-8, 0.1, 1.0),
-               (1e-3, 0.999, 1e-6, 0.1, 1.0), (1e-4, 0.95, 1e-8, 0.0, None)]
+    """Default run: 2 configs, default state format: plain Adam at the largest learning rate, and
+    weight decay with clipping and a larger eps (the slow test runs the whole 48-config grid)."""
+    configs = [(3e-3, 0.999, 1e-8, 0.0, None), (1e-3, 0.999, 1e-6, 0.1, 1.0)]
     _check("dynamic8", configs)
 
 
