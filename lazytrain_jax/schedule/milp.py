@@ -1511,8 +1511,12 @@ class _Solve:
 
     def join_depth_split(self):
         """The depth split's halves taken as ``depth_bounds`` / ``depth_points``, the union LP raised
-        to the lower half's bound (once)."""
-        if self.depth_split is None or self.depth_bounds:
+        to the lower half's bound (once). Not waited for where the union LP already proves the
+        incumbent (then nothing the split says is used; its thread ends on its own): qwen2.5-7b on
+        an RTX 3090, 128 layers, the first search's plan is proved by the union LP and the wait
+        for the split beside it took 0.3-0.8 s. Whether it is joined depends only on the two
+        values, not on which thread ends first."""
+        if self.depth_split is None or self.depth_bounds or self.union_proves(self.incumbent):
             return
         (self.depth_bounds, self.depth_points), seconds = self.depth_split.result()
         self.stats["lp_s"] += seconds
