@@ -13,6 +13,9 @@ from lazytrain_jax.train import CheckpointError
 from tests.trace_check import assert_valid_trace
 from tests.train.helpers import tiny_plan, tiny_setup
 
+# one worker runs this module's tests: its training run (``full_run``) is built once, not per worker
+pytestmark = pytest.mark.xdist_group("train_full_run")
+
 STEP_KEYS = {"loss", "grad_norm", "skipped", "lr", "step_time_s", "predicted_step_time_s", "stall_s", "tokens",
              "tokens_per_s", "tflops_6n", "tflops_hw", "mfu", "peak_device_bytes", "peak_host_bytes"}
 
