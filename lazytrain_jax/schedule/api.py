@@ -9,6 +9,7 @@ the MILP: checkpoints, tiers, recompute, residuals and the resident tail (see ``
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 import time
 
@@ -88,13 +89,14 @@ def best_heuristic(costs: Costs, hardware: Hardware) -> Plan | None:
     return min(fitting, key=lambda p: p.predicted_step_time_s, default=None)
 
 
-def plan_for_costs(costs: Costs, hardware: Hardware, cutoff: float | None = None, **solver_kw) -> Plan | None:
+def plan_for_costs(costs: Costs, hardware: Hardware, cutoff: float | None = None, stats: dict | None = None,
+                   **solver_kw) -> Plan | None:
     """The MILP plan for fixed Costs, warm-started from the best fitting heuristic (None if none fits,
-    or none beats ``cutoff``)."""
+    or none beats ``cutoff``). ``stats``: ``milp.solve``'s (its ``bound`` among them)."""
     warm = best_heuristic(costs, hardware) or fitting_start(costs, hardware, **solver_kw)
     if warm is not None and cutoff is not None and warm.predicted_step_time_s >= cutoff:
         warm = None
-    solved = milp.solve(costs, hardware, warm_start=warm, cutoff=cutoff, **solver_kw)
+    solved = milp.solve(costs, hardware, warm_start=warm, cutoff=cutoff, stats=stats, **solver_kw)
     if warm is not None and (solved is None or warm.predicted_step_time_s < solved.predicted_step_time_s - 1e-9):
         return warm  # a heuristic outside the MILP's space (e.g. longer segments) can win a time-out
     return solved
@@ -103,18 +105,14 @@ def plan_for_costs(costs: Costs, hardware: Hardware, cutoff: float | None = None
 def fitting_start(costs: Costs, hardware: Hardware, **solver_kw) -> Plan | None:
     """A plan that fits wherever one exists, for the MILP to start from where no heuristic fits
     (budgets near the least peak, where its branch and bound may end its node budget with no plan):
-    the memory-first search's plan, else the least-peak plan (the MILP with the memory objective,
-    which needs no feasible start), carried to ``hardware``. None when nothing fits."""
+    the memory-first search's plan, else the first fitting plan of the MILP with the memory
+    objective (``milp.first_fitting``, which needs no feasible start). None when nothing fits."""
     space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail", "residual_offload")
              if k in solver_kw}
     found = search.heuristic_plan(costs, hardware, max_evaluations=0, memory_first=True, **space)
     if found is not None and found.fits():
         return found
-    least = milp.solve(costs, hardware.replace(device_memory=1e30), objective="memory", **solver_kw)
-    if least is None or least.predicted_peak_device_bytes > hardware.device_memory:
-        return None
-    least = least.repredict(costs, hardware, name="least-peak")
-    return least if least.fits() else None
+    return milp.first_fitting(costs, hardware, **solver_kw)
 
 
 def micro_batch_candidates(batch_size: int) -> list[int]:
@@ -136,41 +134,62 @@ def plan_fixed_batch(config, hardware, batch_size, seq_len, *, num_micro_batches
 
 
 def best_over_micro_batches(candidates, **solver_kw) -> Plan | None:
-    """The best plan among ``candidates``, each ``(micro-batch count, Costs, Hardware)`` for one
-    batch: those whose constant bytes fit are ordered by their ideal step time and LP bound, solved
-    in that order and pruned once a bound cannot beat the best plan by more than ``rel_gap`` (None
-    if nothing fits). The plan's gap covers every candidate (against the smallest bound)."""
+    """The plan with the least step time per token among ``candidates``, each ``(micro-batch
+    count, Costs, Hardware)``: one batch's micro-batch counts, or every candidate batch's at once
+    (``batch_size="best"``; for one batch the least step time). None if nothing fits.
+
+    Best first: a candidate's bound is its ideal step time per token (``ideal_plan``), raised by
+    its LP bound (``milp.lp_bound``) when it comes first; once its LP bound still comes first it is
+    solved (``plan_for_costs``, cut off at the best plan's time per token so far). The search stops
+    once no candidate's bound is more than ``rel_gap`` below the best plan: only the candidates that
+    come first get an LP, and batches that cannot beat the best by more than ``rel_gap`` are never
+    solved. The plan's gap and status cover every candidate (against the least bound of those not
+    solved and the solved ones' own bounds)."""
     t0 = time.perf_counter()
-    ranked = []
-    for m, costs, hardware in candidates:
+    rel_gap = solver_kw.get("rel_gap", milp.DEFAULT_REL_GAP)
+    space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
+    open_ = []  # [bound per token, micro-batches, index, refined, Costs, Hardware, tokens]
+    for i, (m, costs, hardware) in enumerate(candidates):
         if sum(memory.constant_bytes(costs, hardware).values()) > hardware.device_memory:
             continue
-        ranked.append((timing.step_time(costs, hardware, ideal_plan(costs, hardware)), m, costs, hardware))
-    # prune with an upper bound (the best fitting heuristic), then order by the LP bound
-    upper = min((h.predicted_step_time_s for _, _, c, hw in ranked if (h := best_heuristic(c, hw))),
+        tokens = costs.batch_size * costs.seq_len
+        ideal = timing.step_time(costs, hardware, ideal_plan(costs, hardware)) / tokens
+        open_.append([ideal, m, i, False, costs, hardware, tokens])
+    # prune with an upper bound (the best fitting heuristic's time per token)
+    upper = min((h.predicted_step_time_s / c[6] for c in open_ if (h := best_heuristic(c[4], c[5]))),
                 default=float("inf"))
-    ranked = [c for c in ranked if c[0] < upper * (1 + 1e-9)]
-    if len(ranked) > 1:
-        space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
-        ranked = [(max(ideal, milp.lp_bound(costs, hw, **space)), m, costs, hw) for ideal, m, costs, hw in ranked]
-    ranked.sort(key=lambda c: (c[0], c[1]))
-    rel_gap = solver_kw.get("rel_gap", milp.DEFAULT_REL_GAP)
-    best = None
-    for bound, m, costs, hw in ranked:
-        if best is not None and bound >= best.predicted_step_time_s * (1 - rel_gap) - 1e-12:
-            break  # no later count can improve by more than the tolerance
-        cutoff = best.predicted_step_time_s if best is not None else None
-        solved = plan_for_costs(costs, hw, cutoff=cutoff, **solver_kw)
-        if solved is not None and (best is None or solved.predicted_step_time_s < best.predicted_step_time_s):
-            best = solved
-    if best is not None:
-        # the gap over all micro-batch counts: against the smallest bound of any candidate
-        overall = best.gap or 0.0
-        if len(ranked) > 1:  # their bounds include the LP relaxation
-            lowest = min(c[0] for c in ranked)
-            overall = max(overall, (best.predicted_step_time_s - lowest) / best.predicted_step_time_s)
-        best = dataclasses.replace(best, gap=max(0.0, overall), solve_time_s=time.perf_counter() - t0)
-    return best
+    open_ = [c for c in open_ if c[0] < upper * (1 + 1e-9)]
+    refine = len(open_) > 1  # a lone candidate needs no LP to be ordered
+    heapq.heapify(open_)
+    best, best_tpt, closed = None, float("inf"), []  # closed: the solved candidates' bounds per token
+    while open_:
+        if best is not None and open_[0][0] >= best_tpt * (1 - rel_gap) - 1e-15:
+            break  # no candidate left can improve by more than the tolerance
+        c = heapq.heappop(open_)
+        bound, _, _, refined, costs, hardware, tokens = c
+        if refine and not refined:
+            c[0], c[3] = max(bound, milp.lp_bound(costs, hardware, **space) / tokens), True
+            heapq.heappush(open_, c)
+            continue
+        stats = {}
+        solved = plan_for_costs(costs, hardware, cutoff=best_tpt * tokens if best is not None else None,
+                                stats=stats, **solver_kw)
+        if solved is None:  # nothing beats the cutoff: the solve's bound (at least the cutoff's, less rel_gap)
+            closed.append(max(bound, stats.get("bound", -math.inf) / tokens))
+            continue
+        tpt = solved.predicted_step_time_s / tokens
+        # a solved plan's own bound (a heuristic plan that beat the solve carries none)
+        closed.append(bound if solved.gap is None else max(bound, tpt * (1 - solved.gap)))
+        if tpt < best_tpt:
+            best, best_tpt = solved, tpt
+    if best is None:
+        return None
+    lowest = min(closed + [c[0] for c in open_])
+    gap = max(0.0, (best_tpt - lowest) / best_tpt)
+    # "optimal" only where every candidate is ruled out within rel_gap, not the solve's pair alone
+    status = "feasible" if best.solver_status == "optimal" and gap > rel_gap * (1 + 1e-9) + 1e-12 \
+        else best.solver_status
+    return dataclasses.replace(best, gap=gap, solver_status=status, solve_time_s=time.perf_counter() - t0)
 
 
 def fits_by_search(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
@@ -205,6 +224,20 @@ def min_device_bytes(config, hardware, batch_size, seq_len, *, grad_dtype="bfloa
     return float("inf") if solved is None else solved.predicted_peak_device_bytes
 
 
+def fits_by_milp(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
+                 costs_for=None, **solver_kw) -> bool:
+    """Whether the MILP finds a plan that fits this batch (default: the most micro-batches):
+    ``milp.first_fitting``, which stops at the first fitting plan. False where none exists or none
+    is found within ``time_limit_s``. ``costs_for(batch, micro_batches)``: the Costs (default: analytic)."""
+    m = num_micro_batches or max(micro_batch_candidates(batch_size))
+    if batch_size % m:
+        return False
+    costs = (costs_for or _analytic(config, hardware, seq_len, grad_dtype))(batch_size, m)
+    if sum(memory.constant_bytes(costs, hardware).values()) > hardware.device_memory:
+        return False
+    return milp.first_fitting(costs, hardware, **solver_kw) is not None
+
+
 def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
                    limit: int = 1 << 16, costs_for=None, **solver_kw) -> int:
     """The largest batch for which some plan fits (0 if even batch 1 does not). ``costs_for(batch,
@@ -214,9 +247,8 @@ def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micr
         if fits_by_search(config, hardware, b, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
                           costs_for=costs_for, **space):
             return True
-        return min_device_bytes(config, hardware, b, seq_len, grad_dtype=grad_dtype,
-                                num_micro_batches=num_micro_batches, costs_for=costs_for,
-                                **solver_kw) <= hardware.device_memory
+        return fits_by_milp(config, hardware, b, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
+                            costs_for=costs_for, **solver_kw)
     if not feasible(1):
         return 0
     lo, hi = 1, 2
@@ -319,9 +351,15 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
                                     grad_dtype=grad_dtype)
         if batch_size == "max":
             return _plan_or_raise(config, hw, largest, seq_len, num_micro_batches, grad_dtype, solver_kw)
-        plans = [plan_fixed_batch(config, hw, b, seq_len, num_micro_batches=num_micro_batches, grad_dtype=grad_dtype,
-                                  **solver_kw) for b in candidate_batches(largest, num_micro_batches)]
-        return max((p for p in plans if p is not None), key=lambda p: p.tokens_per_s)
+        # every candidate batch's micro-batch counts in one best-first search on time per token
+        best = best_over_micro_batches(
+            [(m, _costs_for(config, hw, b, seq_len, m, grad_dtype), hw)
+             for b in candidate_batches(largest, num_micro_batches)
+             for m in ([num_micro_batches] if num_micro_batches is not None else micro_batch_candidates(b))],
+            **solver_kw)
+        if best is None:  # the bytes said the largest fits: a plan must exist there
+            raise RuntimeError(f"no plan found for batch_size={largest} although its bytes fit")
+        return best
     return _plan_or_raise(config, hw, batch_size, seq_len, num_micro_batches, grad_dtype, solver_kw)
 
 
@@ -360,8 +398,7 @@ def plan_measured(model, *, batch_size: int | str, seq_len: int, num_micro_batch
 
     def fits(b, m):  # some plan fits at b sequences in m micro-batches (the units' real bytes)
         return (fits_by_search(config, hw, b, seq_len, num_micro_batches=m, costs_for=byte_costs, **space)
-                or min_device_bytes(config, hw, b, seq_len, num_micro_batches=m, costs_for=byte_costs,
-                                    **solver_kw) <= hw.device_memory)
+                or fits_by_milp(config, hw, b, seq_len, num_micro_batches=m, costs_for=byte_costs, **solver_kw))
 
     def best_for(b):
         ms = [num_micro_batches] if num_micro_batches is not None else micro_batch_candidates(b)

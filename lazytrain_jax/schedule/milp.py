@@ -1196,7 +1196,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         ``_residual_neighbourhood``'s probes), ``rens_s`` (the LP neighbourhoods of large models,
         ``rens_runs`` of them: ``_rens`` with its tier neighbourhood, ``_rins``), ``bb_s`` (branch and
         bound, ``bb_runs`` of them: CBC's or HiGHS', ``MIP_SOLVER``; HiGHS' root with a cutoff
-        counts as one) and ``proof``
+        counts as one), ``bound`` (a lower bound on every plan's step time, also where nothing beats
+        ``cutoff`` and None is returned) and ``proof``
         (``union_lp``: the LP for every depth pair, split in two on the residual offload where it leaves
         room (``_offload_split``), proved the gap; ``depth_lps``: each depth pair's LP
         did; ``cbc`` / ``highs``: that solver branched).
@@ -1223,7 +1224,32 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                  cutoff=cutoff, depths=depths, search_evaluations=search_evaluations, max_nodes=max_nodes,
                  stats=stats)
     plan = run.union_phase()
-    return plan if plan is not None else run.depth_phase()
+    if plan is not None:
+        stats["bound"] = plan.predicted_step_time_s * (1 - plan.gap)
+        return plan
+    plan = run.depth_phase()
+    stats["bound"] = run.best_bound
+    return plan
+
+
+def first_fitting(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
+                  time_limit_s: float = 30.0, residual_offload: bool = True, **_solver_kw) -> Plan | None:
+    """The first plan the branch and bound finds whose peak fits ``hardware``'s budgets, on the
+    memory model cut off at the device budget (None when it finds none within ``time_limit_s``, or
+    proves that none exists). Where the question is only whether something fits (the largest
+    batch, a start for the time MILP), it stops at a fitting plan or a root bound above the budget
+    instead of proving the least peak: the 64-layer Qwen3.6-27B shape on an H800 at batches
+    393-512, 11-31 s a batch to the least peak (most at the 30 s limit).
+    ``_solver_kw``: the time objective's solver options (``rel_gap`` and the like), not used here."""
+    built = build(costs, hardware, objective="memory", max_segment_length=max_segment_length,
+                  max_resident_tail=max_resident_tail, residual_offload=residual_offload)
+    # a relative gap of 1 stops at the first plan (the peak's bound is never negative); the cutoff
+    # leaves only plans under the budget
+    status = _optimize(built, 1.0, time_limit_s, hardware.device_memory * (1 + 1e-9))  # Plan.fits' tolerance
+    if status is None:
+        return None
+    plan = decode(built, costs, hardware, status="feasible", bound=None, solve_time_s=0.0)
+    return plan.replace(name="first-fitting", gap=None) if plan.fits() else None
 
 
 class _Solve:

@@ -280,7 +280,8 @@ def test_one_layer_model_plans_under_a_tight_budget():
 def test_a_plan_is_returned_wherever_one_fits(monkeypatch):
     """Near the least peak no heuristic fits and the MILP's node budget may end without a plan;
     ``plan_for_costs`` then starts from a fitting plan (the memory-first search's, else the
-    least-peak plan) and returns a fitting plan whenever one exists, None only below the least peak."""
+    first fitting plan of the memory MILP) and returns a fitting plan whenever one exists, None only
+    below the least peak."""
     from lazytrain_jax.schedule import api, milp, search
     cfg = get_preset("qwen2.5-0.5b")
     hw = Hardware.preset("rtx3090", device_margin=0.0, host_memory=0.0)  # no host tier: no offload_all_host
@@ -290,10 +291,10 @@ def test_a_plan_is_returned_wherever_one_fits(monkeypatch):
     assert api.best_heuristic(costs, tight) is None          # no heuristic fits there
     start = api.fitting_start(costs, tight)
     assert start is not None and start.fits() and start.predicted_peak_device_bytes <= tight.device_memory
-    # the search finding nothing: the least-peak plan, carried to this hardware
+    # the search finding nothing: the memory MILP's first plan under this budget
     monkeypatch.setattr(search, "heuristic_plan", lambda *a, **k: None)
     start = api.fitting_start(costs, tight)
-    assert start.name == "least-peak" and start.fits() and start.hardware == tight
+    assert start.name == "first-fitting" and start.fits() and start.hardware == tight
     assert api.fitting_start(costs, hw.replace(device_memory=0.999 * least)) is None
     # the time MILP ending with no plan: the fitting start is returned
     solve = milp.solve
@@ -328,3 +329,32 @@ def test_ideal_plan_bounds_every_plan_when_recompute_measures_faster():
         assert best is not None and best.fits()
         for p in plans + [best]:
             assert ideal <= p.predicted_step_time_s + 1e-12, (p.name, ideal, p.predicted_step_time_s)
+
+
+def test_best_first_over_batches_within_its_gap_of_every_candidate_solved():
+    """``batch_size="best"``'s search over every (batch, micro-batch count) at once: its plan's
+    time per token is within its reported gap of every candidate solved on its own, and the
+    candidates whose bounds leave no room for a better plan are never solved."""
+    from lazytrain_jax.schedule import api
+    cfg = get_preset("qwen2.5-0.5b", num_layers=6)
+    hw = Hardware.preset("rtx3090", device_memory=6e9, host_memory=4e9)
+    candidates = [(m, api._costs_for(cfg, hw, b, 512, m, "bfloat16"), hw)
+                  for b in (4, 8, 16, 32) for m in api.micro_batch_candidates(b)]
+    solved = []
+    plan_for_costs = api.plan_for_costs
+
+    def counted(costs, hardware, **kw):
+        solved.append((costs.batch_size, costs.num_micro_batches))
+        return plan_for_costs(costs, hardware, **kw)
+
+    api.plan_for_costs = counted
+    try:
+        best = api.best_over_micro_batches(candidates, rel_gap=1e-2)
+    finally:
+        api.plan_for_costs = plan_for_costs
+    assert best is not None and best.fits() and best.solver_status == "optimal" and best.gap <= 1e-2
+    best_tpt = best.predicted_step_time_s / (best.batch_size * 512)
+    each = [api.plan_for_costs(c, h, rel_gap=1e-2) for _, c, h in candidates]
+    least = min(p.predicted_step_time_s / (p.batch_size * 512) for p in each if p is not None)
+    assert best_tpt * (1 - best.gap) <= least * (1 + 1e-9)
+    assert len(solved) < len(candidates) and (best.batch_size, best.num_micro_batches) in solved
