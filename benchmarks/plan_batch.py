@@ -1,0 +1,84 @@
+"""``lt.plan``'s batch choice: ``batch_size="best"`` and ``"max"``, timed against the way they ran before.
+
+For each (model preset, hardware preset), in one process, side by side:
+
+  largest   the largest batch that fits (``api.max_batch_size``): its feasibility test the memory
+            MILP's first fitting plan (``milp.first_fitting``, as ``lt.plan`` runs it) against the
+            least-peak memory MILP (``api.min_device_bytes`` at or under the budget, as before)
+  best      ``batch_size="best"`` at that largest batch: one best-first search over every (batch,
+            micro-batch count) on step time per token (``api.best_over_micro_batches``, as
+            ``lt.plan`` runs it) against each candidate batch planned on its own
+            (``api.plan_fixed_batch``) and the most tokens/s taken (as before)
+
+Printed: seconds, the batch and micro-batches chosen, tokens/s, gap and status (the per-batch loop
+reports its chosen batch's own gap, which does not cover the other batches).
+
+Run: python benchmarks/plan_batch.py [--large]   (--large adds Qwen3.6-27B on an H800: minutes)
+"""
+
+import sys
+import time
+
+from lazytrain_jax.model.config import get_preset
+from lazytrain_jax.schedule import api
+from lazytrain_jax.schedule.hardware import as_hardware
+
+CASES = [("qwen2.5-7b", "rtx3090"), ("qwen3-8b", "a100-80g"), ("qwen2.5-3b", "rtx3090")]
+LARGE = [("qwen3.6-27b", "h800")]
+SEQ = 1024
+
+
+def largest_before(cfg, hw, kw):
+    """``api.max_batch_size``'s search with the least-peak memory MILP as its feasibility test."""
+    first_fitting = api.fits_by_milp
+
+    def least_peak(config, hardware, b, seq_len, **k):
+        return api.min_device_bytes(config, hardware, b, seq_len, **k) <= hardware.device_memory
+
+    api.fits_by_milp = least_peak
+    try:
+        return api.max_batch_size(cfg, hw, SEQ, **kw)
+    finally:
+        api.fits_by_milp = first_fitting
+
+
+def best_per_batch(cfg, hw, largest, kw):
+    plans = [api.plan_fixed_batch(cfg, hw, b, SEQ, **kw) for b in api.candidate_batches(largest)]
+    return max((p for p in plans if p is not None), key=lambda p: p.tokens_per_s)
+
+
+def best_one_search(cfg, hw, largest, kw):
+    return api.best_over_micro_batches(
+        [(m, api._costs_for(cfg, hw, b, SEQ, m, "bfloat16"), hw)
+         for b in api.candidate_batches(largest) for m in api.micro_batch_candidates(b)], **kw)
+
+
+def timed(fn, *args):
+    t = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t
+
+
+def main():
+    import scipy.optimize  # noqa: F401  (its import, 0.5 s, not in the first row)
+    cases = CASES + (LARGE if "--large" in sys.argv else [])
+    kw = api._solver_kw(8, 8, 30.0, 1e-2, True)
+    print(f"lt.plan's batch choice, seq {SEQ}, rel_gap 1e-2, 30 s per MILP; seconds (this shared machine: noisy)")
+    print(f"{'model':14s} {'hardware':9s} | {'largest: first fitting':>22s} {'least peak':>12s} | "
+          f"{'best: one search':>30s} | {'per batch (before)':>30s}")
+    for name, hw_name in cases:
+        cfg, hw = get_preset(name), as_hardware(hw_name)
+        largest, t_new = timed(lambda: api.max_batch_size(cfg, hw, SEQ, **kw))
+        old_largest, t_old = timed(largest_before, cfg, hw, kw)
+        best, b_new = timed(best_one_search, cfg, hw, largest, kw)
+        old, b_old = timed(best_per_batch, cfg, hw, largest, kw)
+
+        def row(p, s):
+            return (f"{s:6.1f} s b{p.batch_size:<4d} m{p.num_micro_batches:<3d} {p.tokens_per_s:7.0f} tok/s "
+                    f"gap {p.gap:.2%} {p.solver_status}")
+        print(f"{name:14s} {hw_name:9s} | {t_new:6.1f} s ({largest:4d}) {t_old:8.1f} s ({old_largest:4d}) | "
+              f"{row(best, b_new)} | {row(old, b_old)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
