@@ -105,14 +105,16 @@ def plan_for_costs(costs: Costs, hardware: Hardware, cutoff: float | None = None
 def fitting_start(costs: Costs, hardware: Hardware, **solver_kw) -> Plan | None:
     """A plan that fits wherever one exists, for the MILP to start from where no heuristic fits
     (budgets near the least peak, where its branch and bound may end its node budget with no plan):
-    the memory-first search's plan, else the first fitting plan of the MILP with the memory
+    the memory-first search's plan, else the least-peak of ``search.spaced_checkpoints``, else the
+    first fitting plan of the MILP with the memory
     objective (``milp.first_fitting``, which needs no feasible start). None when nothing fits."""
     space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail", "residual_offload")
              if k in solver_kw}
     found = search.heuristic_plan(costs, hardware, max_evaluations=0, memory_first=True, **space)
     if found is not None and found.fits():
         return found
-    return milp.first_fitting(costs, hardware, **solver_kw)
+    found = search.spaced_checkpoints(costs, hardware, space.get("max_segment_length", 8))
+    return found if found is not None else milp.first_fitting(costs, hardware, **solver_kw)
 
 
 def micro_batch_candidates(batch_size: int) -> list[int]:
@@ -204,7 +206,7 @@ def fits_by_search(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat1
         return False
     found = search.heuristic_plan(costs, hardware, max_segment_length=max_segment_length,
                                   max_resident_tail=max_resident_tail, max_evaluations=0, memory_first=True)
-    return found is not None
+    return found is not None or search.spaced_checkpoints(costs, hardware, max_segment_length) is not None
 
 
 def _analytic(config, hardware, seq_len, grad_dtype):

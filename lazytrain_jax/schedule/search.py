@@ -898,3 +898,52 @@ def _local_search(fm, sol, evals):
         if not moved:
             break
     return (st["tiers"], st["keep"], st["k"]), st["total"]
+
+
+def spaced_checkpoints(costs, hardware, max_segment_length: int = 8) -> Plan | None:
+    """A fitting plan of the shape the least device peak takes where boundaries are large: a
+    checkpoint every K layers (K = ``max_segment_length`` down to 1), each on the host or on NVMe
+    while they have room (host first, then NVMe; the other order too), on the device otherwise,
+    every other boundary dropped, no residuals, no resident tail, depths 1. The least-peak fitting
+    one, or None. For the largest batch and the MILP's start where the greedy construction finds
+    nothing: Qwen3.6-27B on an H800 at batches 384-392 (4 GB boundaries, 15 GB of host memory,
+    32 GB of NVMe), where only boundaries every 7 layers, on NVMe and the host, fit the device."""
+    L = costs.num_layers
+    A = costs.boundary_bytes
+    options = {i: steps.tier_options(costs, hardware, i) for i in range(1, L)}
+    staging = 2 * max(A)  # NVMe reads and writes go through host buffers (steps.tier_options)
+    S = max(1, min(max_segment_length, L))
+    layouts = set()
+    for K in range(S, 0, -1):
+        # aligned to the bottom, and to the top (the short end segment merged into its neighbour
+        # where that stays within S)
+        bottom, top = list(range(K, L, K)), list(range(L - K, 0, -K))[::-1]
+        if bottom and L - bottom[-1] + K <= S and L - bottom[-1] < K:
+            bottom.pop()
+        if top and top[0] + K <= S and top[0] < K:
+            top.pop(0)
+        layouts.update((tuple(bottom), tuple(top)))
+    best = None
+    for kept in sorted(layouts, key=lambda k: (len(k), k)):
+        for order in (("host", "nvme"), ("nvme", "host")):
+            tiers = ["device"] + ["drop"] * (L - 1) + ["device"]
+            host_room, nvme_room, staged = hardware.host_memory, hardware.nvme_memory, False
+            for i in kept:
+                tiers[i] = "device"
+                for t in order:
+                    if t not in options[i]:
+                        continue
+                    if t == "host" and host_room >= A[i]:
+                        host_room -= A[i]
+                    elif t == "nvme" and nvme_room >= A[i] and (staged or host_room >= staging):
+                        nvme_room -= A[i]
+                        host_room -= 0.0 if staged else staging
+                        staged = True
+                    else:
+                        continue
+                    tiers[i] = t
+                    break
+            plan = Plan.create(costs, hardware, name="spaced-checkpoints", boundary_tiers=tiers)
+            if plan.fits() and (best is None or plan.predicted_peak_device_bytes < best.predicted_peak_device_bytes):
+                best = plan
+    return best

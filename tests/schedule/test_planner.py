@@ -291,8 +291,9 @@ def test_a_plan_is_returned_wherever_one_fits(monkeypatch):
     assert api.best_heuristic(costs, tight) is None          # no heuristic fits there
     start = api.fitting_start(costs, tight)
     assert start is not None and start.fits() and start.predicted_peak_device_bytes <= tight.device_memory
-    # the search finding nothing: the memory MILP's first plan under this budget
+    # the searches finding nothing: the memory MILP's first plan under this budget
     monkeypatch.setattr(search, "heuristic_plan", lambda *a, **k: None)
+    monkeypatch.setattr(search, "spaced_checkpoints", lambda *a, **k: None)
     start = api.fitting_start(costs, tight)
     assert start.name == "first-fitting" and start.fits() and start.hardware == tight
     assert api.fitting_start(costs, hw.replace(device_memory=0.999 * least)) is None
@@ -358,3 +359,23 @@ def test_best_first_over_batches_within_its_gap_of_every_candidate_solved():
     least = min(p.predicted_step_time_s / (p.batch_size * 512) for p in each if p is not None)
     assert best_tpt * (1 - best.gap) <= least * (1 + 1e-9)
     assert len(solved) < len(candidates) and (best.batch_size, best.num_micro_batches) in solved
+
+
+def test_spaced_checkpoints_fit_where_the_greedy_search_finds_nothing():
+    """Qwen3.6-27B on an H800 at 392 sequences in 56 micro-batches: 4 GB boundaries, 15 GB of host
+    memory and 32 GB of NVMe. Only boundaries every 7 layers, on NVMe and the host, fit the device;
+    the memory-first greedy search finds no plan, ``search.spaced_checkpoints`` finds one (so the
+    largest-batch test needs no MILP there), with every segment within the segment limit."""
+    from lazytrain_jax.schedule import api, search
+    cfg, hw = get_preset("qwen3.6-27b"), Hardware.preset("h800")
+    costs = api._costs_for(cfg, hw, 392, 1024, 56, "bfloat16")
+    assert search.heuristic_plan(costs, hw, max_evaluations=0, memory_first=True) is None
+    assert not any(h.fits() for h in heuristics.all_heuristics(costs, hw))
+    p = search.spaced_checkpoints(costs, hw, max_segment_length=8)
+    assert p is not None and p.fits()
+    kept = [i for i, t in enumerate(p.boundary_tiers) if t != "drop"]
+    assert max(b - a for a, b in zip(kept, kept[1:])) <= 8
+    assert {"nvme", "host"} <= set(p.boundary_tiers)
+    assert api.fits_by_search(cfg, hw, 392, 1024, num_micro_batches=56)
+    # 396 sequences in 44 micro-batches do not fit (the memory MILP proves it): nothing spaced fits either
+    assert search.spaced_checkpoints(api._costs_for(cfg, hw, 396, 1024, 44, "bfloat16"), hw) is None
