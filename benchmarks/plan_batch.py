@@ -2,13 +2,15 @@
 
 For each (model preset, hardware preset), in one process, side by side:
 
-  largest   the largest batch that fits (``api.max_batch_size``): its feasibility test the memory
-            MILP's first fitting plan (``milp.first_fitting``, as ``lt.plan`` runs it) against the
-            least-peak memory MILP (``api.min_device_bytes`` at or under the budget, as before)
+  largest   the largest batch that fits (``api.max_batch_size``): its feasibility test the greedy
+            search, ``search.spaced_checkpoints`` and the memory MILP's first fitting plan
+            (``milp.first_fitting``), as ``lt.plan`` runs it, against the greedy search and the
+            least-peak memory MILP (``api.min_device_bytes`` at or under the budget), as before
   best      ``batch_size="best"`` at that largest batch: one best-first search over every (batch,
             micro-batch count) on step time per token (``api.best_over_micro_batches``, as
             ``lt.plan`` runs it) against each candidate batch planned on its own
-            (``api.plan_fixed_batch``) and the most tokens/s taken (as before)
+            (``api.plan_fixed_batch``, today's, one batch at a time) and the most tokens/s taken,
+            the loop ``lt.plan`` ran before
 
 Printed: seconds, the batch and micro-batches chosen, tokens/s, gap and status (the per-batch loop
 reports its chosen batch's own gap, which does not cover the other batches).
@@ -20,7 +22,7 @@ import sys
 import time
 
 from lazytrain_jax.model.config import get_preset
-from lazytrain_jax.schedule import api
+from lazytrain_jax.schedule import api, search
 from lazytrain_jax.schedule.hardware import as_hardware
 
 CASES = [("qwen2.5-7b", "rtx3090"), ("qwen3-8b", "a100-80g"), ("qwen2.5-3b", "rtx3090")]
@@ -29,17 +31,18 @@ SEQ = 1024
 
 
 def largest_before(cfg, hw, kw):
-    """``api.max_batch_size``'s search with the least-peak memory MILP as its feasibility test."""
-    first_fitting = api.fits_by_milp
+    """``api.max_batch_size``'s search as before: the greedy search, then the least-peak memory
+    MILP as its feasibility test (no ``search.spaced_checkpoints``, no first fitting plan)."""
+    first_fitting, spaced = api.fits_by_milp, search.spaced_checkpoints
 
     def least_peak(config, hardware, b, seq_len, **k):
         return api.min_device_bytes(config, hardware, b, seq_len, **k) <= hardware.device_memory
 
-    api.fits_by_milp = least_peak
+    api.fits_by_milp, search.spaced_checkpoints = least_peak, lambda *a, **k: None
     try:
         return api.max_batch_size(cfg, hw, SEQ, **kw)
     finally:
-        api.fits_by_milp = first_fitting
+        api.fits_by_milp, search.spaced_checkpoints = first_fitting, spaced
 
 
 def best_per_batch(cfg, hw, largest, kw):
