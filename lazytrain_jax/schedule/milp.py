@@ -1233,14 +1233,16 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
 
 
 def first_fitting(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
-                  time_limit_s: float = 30.0, residual_offload: bool = True, **_solver_kw) -> Plan | None:
+                  time_limit_s: float = 30.0, residual_offload: bool = True,
+                  rel_gap: float | None = None) -> Plan | None:
     """The first plan the branch and bound finds whose peak fits ``hardware``'s budgets, on the
     memory model cut off at the device budget (None when it finds none within ``time_limit_s``, or
     proves that none exists). Where the question is only whether something fits (the largest
     batch, a start for the time MILP), it stops at a fitting plan or a root bound above the budget
     instead of proving the least peak: the 64-layer Qwen3.6-27B shape on an H800 at batches
     393-512, 11-31 s a batch to the least peak (most at the 30 s limit).
-    ``_solver_kw``: the time objective's solver options (``rel_gap`` and the like), not used here."""
+    ``rel_gap``: accepted with the other options of a time solve (``lt.plan``'s), not used: the
+    first fitting plan is the answer."""
     built = build(costs, hardware, objective="memory", max_segment_length=max_segment_length,
                   max_resident_tail=max_resident_tail, residual_offload=residual_offload)
     # a relative gap of 1 stops at the first plan (the peak's bound is never negative); the cutoff
