@@ -22,7 +22,7 @@ import sys
 import time
 
 from lazytrain_jax.model.config import get_preset
-from lazytrain_jax.schedule import api, search
+from lazytrain_jax.schedule import api, milp, search
 from lazytrain_jax.schedule.hardware import as_hardware
 
 CASES = [("qwen2.5-7b", "rtx3090"), ("qwen3-8b", "a100-80g"), ("qwen2.5-3b", "rtx3090")]
@@ -33,16 +33,17 @@ SEQ = 1024
 def largest_before(cfg, hw, kw):
     """``api.max_batch_size``'s search as before: the greedy search, then the least-peak memory
     MILP as its feasibility test (no ``search.spaced_checkpoints``, no first fitting plan)."""
-    first_fitting, spaced = api.fits_by_milp, search.spaced_checkpoints
+    first_fitting, spaced = api._fits_by_milp, search.spaced_checkpoints
 
-    def least_peak(config, hardware, b, seq_len, **k):
-        return api.min_device_bytes(config, hardware, b, seq_len, **k) <= hardware.device_memory
+    def least_peak(costs, hardware, **k):  # api.min_device_bytes at or under the budget
+        solved = milp.solve(costs, hardware.replace(device_memory=1e30), objective="memory", **k)
+        return solved is not None and solved.predicted_peak_device_bytes <= hardware.device_memory
 
-    api.fits_by_milp, search.spaced_checkpoints = least_peak, lambda *a, **k: None
+    api._fits_by_milp, search.spaced_checkpoints = least_peak, lambda *a, **k: None
     try:
         return api.max_batch_size(cfg, hw, SEQ, **kw)
     finally:
-        api.fits_by_milp, search.spaced_checkpoints = first_fitting, spaced
+        api._fits_by_milp, search.spaced_checkpoints = first_fitting, spaced
 
 
 def best_per_batch(cfg, hw, largest, kw):

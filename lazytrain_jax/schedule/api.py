@@ -152,7 +152,7 @@ def best_over_micro_batches(candidates, **solver_kw) -> Plan | None:
     space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
     open_ = []  # [bound per token, micro-batches, index, refined, Costs, Hardware, tokens]
     for i, (m, costs, hardware) in enumerate(candidates):
-        if sum(memory.constant_bytes(costs, hardware).values()) > hardware.device_memory:
+        if not _constants_fit(costs, hardware):
             continue
         tokens = costs.batch_size * costs.seq_len
         ideal = timing.step_time(costs, hardware, ideal_plan(costs, hardware)) / tokens
@@ -194,19 +194,40 @@ def best_over_micro_batches(candidates, **solver_kw) -> Plan | None:
     return dataclasses.replace(best, gap=gap, solver_status=status, solve_time_s=time.perf_counter() - t0)
 
 
-def fits_by_search(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
-                   max_segment_length=8, max_resident_tail=8, costs_for=None) -> bool:
-    """Cheap feasibility: does the search heuristic find a fitting plan (True proves feasibility;
-    False proves nothing). ``costs_for(batch, micro_batches)``: the Costs (default: analytic)."""
+def _batch_costs(config, hardware, batch_size, seq_len, grad_dtype, num_micro_batches, costs_for):
+    """The Costs of ``batch_size`` sequences in ``num_micro_batches`` (default: the most micro-batches),
+    None where that count does not divide the batch. ``costs_for(batch, micro_batches)``: the Costs
+    (default: analytic)."""
     m = num_micro_batches or max(micro_batch_candidates(batch_size))
     if batch_size % m:
-        return False
-    costs = (costs_for or _analytic(config, hardware, seq_len, grad_dtype))(batch_size, m)
-    if sum(memory.constant_bytes(costs, hardware).values()) > hardware.device_memory:
+        return None
+    return (costs_for or _analytic(config, hardware, seq_len, grad_dtype))(batch_size, m)
+
+
+def _constants_fit(costs, hardware) -> bool:
+    """Whether the step's fixed device bytes (``memory.constant_bytes``) fit the device budget."""
+    return sum(memory.constant_bytes(costs, hardware).values()) <= hardware.device_memory
+
+
+def _fits_by_search(costs, hardware, max_segment_length=8, max_resident_tail=8) -> bool:
+    if not _constants_fit(costs, hardware):
         return False
     found = search.heuristic_plan(costs, hardware, max_segment_length=max_segment_length,
                                   max_resident_tail=max_resident_tail, max_evaluations=0, memory_first=True)
     return found is not None or search.spaced_checkpoints(costs, hardware, max_segment_length) is not None
+
+
+def _fits_by_milp(costs, hardware, **solver_kw) -> bool:
+    return _constants_fit(costs, hardware) and milp.first_fitting(costs, hardware, **solver_kw) is not None
+
+
+def fits_by_search(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
+                   max_segment_length=8, max_resident_tail=8, costs_for=None) -> bool:
+    """Cheap feasibility: does the search heuristic (or ``search.spaced_checkpoints``) find a fitting
+    plan (True proves feasibility; False proves nothing). ``costs_for(batch, micro_batches)``: the
+    Costs (default: analytic)."""
+    costs = _batch_costs(config, hardware, batch_size, seq_len, grad_dtype, num_micro_batches, costs_for)
+    return costs is not None and _fits_by_search(costs, hardware, max_segment_length, max_resident_tail)
 
 
 def _analytic(config, hardware, seq_len, grad_dtype):
@@ -217,10 +238,9 @@ def min_device_bytes(config, hardware, batch_size, seq_len, *, grad_dtype="bfloa
                      costs_for=None, **solver_kw) -> float:
     """The smallest peak device memory of any plan for this batch (default: the most micro-batches).
     ``costs_for(batch, micro_batches)``: the Costs (default: analytic)."""
-    m = num_micro_batches or max(micro_batch_candidates(batch_size))
-    if batch_size % m:
+    costs = _batch_costs(config, hardware, batch_size, seq_len, grad_dtype, num_micro_batches, costs_for)
+    if costs is None:
         return float("inf")
-    costs = (costs_for or _analytic(config, hardware, seq_len, grad_dtype))(batch_size, m)
     roomy = hardware.replace(device_memory=1e30)
     solved = milp.solve(costs, roomy, objective="memory", **solver_kw)
     return float("inf") if solved is None else solved.predicted_peak_device_bytes
@@ -231,13 +251,14 @@ def fits_by_milp(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16"
     """Whether the MILP finds a plan that fits this batch (default: the most micro-batches):
     ``milp.first_fitting``, which stops at the first fitting plan. False where none exists or none
     is found within ``time_limit_s``. ``costs_for(batch, micro_batches)``: the Costs (default: analytic)."""
-    m = num_micro_batches or max(micro_batch_candidates(batch_size))
-    if batch_size % m:
-        return False
-    costs = (costs_for or _analytic(config, hardware, seq_len, grad_dtype))(batch_size, m)
-    if sum(memory.constant_bytes(costs, hardware).values()) > hardware.device_memory:
-        return False
-    return milp.first_fitting(costs, hardware, **solver_kw) is not None
+    costs = _batch_costs(config, hardware, batch_size, seq_len, grad_dtype, num_micro_batches, costs_for)
+    return costs is not None and _fits_by_milp(costs, hardware, **solver_kw)
+
+
+def _fits(costs, hardware, solver_kw) -> bool:
+    """Some plan fits ``costs``: the searches' (cheap), else the MILP's first fitting plan."""
+    space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
+    return _fits_by_search(costs, hardware, **space) or _fits_by_milp(costs, hardware, **solver_kw)
 
 
 def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micro_batches=None,
@@ -245,12 +266,8 @@ def max_batch_size(config, hardware, seq_len, *, grad_dtype="bfloat16", num_micr
     """The largest batch for which some plan fits (0 if even batch 1 does not). ``costs_for(batch,
     micro_batches)``: the Costs (default: analytic; only their bytes matter here)."""
     def feasible(b):
-        space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
-        if fits_by_search(config, hardware, b, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
-                          costs_for=costs_for, **space):
-            return True
-        return fits_by_milp(config, hardware, b, seq_len, grad_dtype=grad_dtype, num_micro_batches=num_micro_batches,
-                            costs_for=costs_for, **solver_kw)
+        costs = _batch_costs(config, hardware, b, seq_len, grad_dtype, num_micro_batches, costs_for)
+        return costs is not None and _fits(costs, hardware, solver_kw)
     if not feasible(1):
         return 0
     lo, hi = 1, 2
@@ -396,16 +413,13 @@ def plan_measured(model, *, batch_size: int | str, seq_len: int, num_micro_batch
                                            host_memory=room["host_memory"], nvme_memory=room["nvme_memory"])
         return costs, measured.replace(device_margin=float(device_margin))
 
-    space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail")}
-
     def fits(b, m):  # some plan fits at b sequences in m micro-batches (the units' real bytes)
-        return (fits_by_search(config, hw, b, seq_len, num_micro_batches=m, costs_for=byte_costs, **space)
-                or fits_by_milp(config, hw, b, seq_len, num_micro_batches=m, costs_for=byte_costs, **solver_kw))
+        return _fits(byte_costs(b, m), hw, solver_kw)
 
     def best_for(b):
         ms = [num_micro_batches] if num_micro_batches is not None else micro_batch_candidates(b)
         fitting = [m for m in ms if b % m == 0
-                   and sum(memory.constant_bytes(byte_costs(b, m), hw).values()) <= hw.device_memory]
+                   and _constants_fit(byte_costs(b, m), hw)]
         if num_micro_batches is None:
             # each count is profiled at its own shapes (a compilation per layer kind): the fewest
             # micro-batches at which some plan fits and the next MEASURED_EXTRA_COUNTS counts
