@@ -1,4 +1,6 @@
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -12,6 +14,23 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # on everywhere.
 _ALL_OPTIMIZED = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS") == "0"
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+# Many tests compile the same programs (a tiny layer's forward and backward, one optimizer step)
+# in fresh jitted closures, in two worker processes and in subprocesses: a compilation cache on
+# disk, shared by all of them for this run, compiles each once. Its key holds the program, the
+# compile options (XLA's optimization level among them) and the jaxlib version. Set
+# JAX_COMPILATION_CACHE_DIR to keep one across runs; otherwise it is a temporary directory that the
+# process which made it removes at the end.
+_OWN_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _OWN_CACHE = tempfile.mkdtemp(prefix="lazytrain-test-xla-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 _OPTIMIZED = [_ALL_OPTIMIZED]  # whether this process compiles with XLA's optimizations now

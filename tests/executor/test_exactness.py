@@ -139,9 +139,10 @@ def test_random_plans_loss_and_grads_fixed_micro_batch(family):
         check_plan(family, plan, steps=False, opt_kind="adamw_8bit")
 
 
-@pytest.mark.parametrize("mode,opt_kind", [("pipelined", "adamw_8bit_fp32_state"), ("serial", "adamw_8bit_fp32_state"),
+@pytest.mark.parametrize("mode,opt_kind", [pytest.param("pipelined", "adamw_8bit_fp32_state", marks=pytest.mark.slow),
+                                           pytest.param("serial", "adamw_8bit_fp32_state", marks=pytest.mark.slow),
                                            ("serial", "optax"), ("pipelined", "adamw_8bit"),
-                                           ("serial", "adamw_8bit")])
+                                           pytest.param("serial", "adamw_8bit", marks=pytest.mark.slow)])
 def test_three_steps_equal_resident(mode, opt_kind):
     """Params after 3 streamed steps equal 3 resident steps of the same optimizer (1e-5): free-running
     for fp32 optax AdamW and for adamw_8bit's per-unit path with fp32 state; in lockstep (the

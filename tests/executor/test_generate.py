@@ -16,8 +16,9 @@ def _model_and_prompts(preset="qwen3-debug", num_layers=3, tied=True):
     return model, [list(rng.integers(1, model.config.vocab_size, n)) for n in (4, 9, 1, 6, 7)]
 
 
-@pytest.mark.parametrize("kv_cache", ["device", "host"])
-@pytest.mark.parametrize("preset, tied", [("qwen3-debug", True), ("qwen2-debug", False)])
+@pytest.mark.parametrize("preset, tied, kv_cache", [("qwen3-debug", True, "device"), ("qwen2-debug", False, "host"),
+                                                     pytest.param("qwen3-debug", True, "host", marks=pytest.mark.slow),
+                                                     pytest.param("qwen2-debug", False, "device", marks=pytest.mark.slow)])
 def test_streamed_tokens_equal_resident(kv_cache, preset, tied):
     model, prompts = _model_and_prompts(preset, tied=tied)
     steps = 7

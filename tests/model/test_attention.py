@@ -36,7 +36,8 @@ def _eager_vjp(q, k, v, mask, g):
     return out, vjp(g)
 
 
-@pytest.mark.parametrize("S,block,num_heads,num_kv", [(13, 4, 8, 2), (13, 5, 4, 4), (37, 16, 4, 2), (9, 64, 8, 2)])
+@pytest.mark.parametrize("S,block,num_heads,num_kv", [pytest.param(13, 4, 8, 2, marks=pytest.mark.slow), (13, 5, 4, 4), (37, 16, 4, 2),
+                                                    pytest.param(9, 64, 8, 2, marks=pytest.mark.slow)])
 def test_values_and_gradients_equal_eager(S, block, num_heads, num_kv):
     q, k, v = qkv(S + block, 3, S, num_heads, num_kv, 8)
     mask = padded_mask(3, S, num_pad=min(7, S - 1))

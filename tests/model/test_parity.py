@@ -23,7 +23,7 @@ def load_into_lt(tmp_path, torch_model):
     return lt.load_model(tmp_path)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_logits_loss_and_grads_match_transformers(tmp_path, case, seed):
     tm = make_torch_model(case, seed)

@@ -31,7 +31,7 @@ def _dequantized(state):
 BOUND = {"dynamic8": (0.0079, 0.0079), "fp8": (16 / 448, 2 * 16 / 448 + (16 / 448) ** 2)}
 
 
-@pytest.mark.parametrize("fmt", ["dynamic8", "fp8"])
+@pytest.mark.parametrize("fmt", ["dynamic8", pytest.param("fp8", marks=pytest.mark.slow)])
 def test_one_step_parity_bitsandbytes_style(fmt):
     """50 steps; each step the fp32 reference restarts from the 8-bit state and params."""
     rng = np.random.default_rng(0)

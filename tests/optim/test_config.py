@@ -54,7 +54,7 @@ def _with(tree, keys, value):
 
 
 @pytest.mark.xla_optimized
-@pytest.mark.parametrize("impl", ["xla", "native"])
+@pytest.mark.parametrize("impl", [pytest.param("xla", marks=pytest.mark.slow), "native"])
 def test_per_unit_loop_equals_whole_tree_transform_on_a_real_model(impl):
     """Bit for bit with ``impl="xla"``. With ``"native"`` the per-unit step's update is the kernel's
     own arithmetic while the transform's is XLA's (fused into ``apply_updates``): they agree to

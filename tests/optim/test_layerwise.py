@@ -41,7 +41,7 @@ def _assert_trees_equal(a, b):
         np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
 
 
-@pytest.mark.parametrize("fmt", ["dynamic8", "fp8"])
+@pytest.mark.parametrize("fmt", ["dynamic8", pytest.param("fp8", marks=pytest.mark.slow)])
 def test_precomputed_global_norm_equals_internal(fmt):
     params = _model()
     tx = optim.adamw_8bit(LR, max_grad_norm=CLIP, state_format=fmt, **HP)
@@ -74,7 +74,8 @@ def _sub(tree, keys):
 
 
 @pytest.mark.xla_optimized
-@pytest.mark.parametrize("fmt,impl", [("dynamic8", "xla"), ("dynamic8", "native"), ("fp8", "auto"), ("fp32", "auto")])
+@pytest.mark.parametrize("fmt,impl", [("dynamic8", "xla"), pytest.param("dynamic8", "native", marks=pytest.mark.slow),
+                                      pytest.param("fp8", "auto", marks=pytest.mark.slow), ("fp32", "auto")])
 def test_layer_by_layer_equals_whole_tree(fmt, impl):
     """Bit for bit, both sides on one implementation (the native kernel runs dynamic8 state only),
     except the native one: there the per-unit step's update is the kernel's own arithmetic and the

@@ -118,6 +118,7 @@ def _check(fmt, configs, verbose=False):
     np.testing.assert_array_less(np.abs(ratio - 1.0), 0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.xla_optimized
 def test_grid_subset_dynamic8():
     """Default run: 2 configs, default state format: plain Adam at the largest learning rate, and

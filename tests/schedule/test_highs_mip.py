@@ -101,7 +101,7 @@ def test_highs_mip_cutoff_keeps_only_plans_at_or_below_it(monkeypatch, root_lp):
 
 
 @pytest.mark.parametrize("num_layers,seed", [pytest.param(12, 7, marks=pytest.mark.slow), (16, 7)])
-@pytest.mark.parametrize("union_search_gaps", [0.0, 1e9])
+@pytest.mark.parametrize("union_search_gaps", [0.0, pytest.param(1e9, marks=pytest.mark.slow)])
 def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed, union_search_gaps):
     """The large-model path (forced here on small instances): its plan is within rel_gap of the
     exact optimum (CBC, rel_gap 0), its reported bound below that optimum, and the same plan twice;
@@ -129,7 +129,8 @@ def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed, u
     assert math.isfinite(p.gap)
 
 
-@pytest.mark.parametrize("settles", ["halves", "pair", "neither"])
+@pytest.mark.parametrize("settles", [pytest.param("halves", marks=pytest.mark.slow), "pair",
+                                     pytest.param("neither", marks=pytest.mark.slow)])
 def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch, settles):
     """With the LP neighbourhoods' plan in hand and the union model split on the weight prefetch
     depth, HiGHS' root runs alone (``HIGHS_CUTOFF_NODES``) on each half of the union model the

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
-import os
+import shutil
 import tempfile
 
 import lazytrain_jax as lt
@@ -19,9 +20,10 @@ HARDWARE = Hardware(name="test", device_memory=1e12, h2d_bw=1e10, d2h_bw=1e10, d
 
 @functools.lru_cache(maxsize=None)
 def tokenizer_dir() -> str:
-    path = os.path.join(tempfile.gettempdir(), f"lazytrain-test-tokenizer-{os.getpid()}")
-    if not os.path.isdir(path):
-        arithmetic_tokenizer(path)
+    """This process's arithmetic tokenizer, in a temporary directory removed when it exits."""
+    path = tempfile.mkdtemp(prefix="lazytrain-test-tokenizer-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    arithmetic_tokenizer(path)
     return path
 
 

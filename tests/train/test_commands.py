@@ -102,6 +102,7 @@ def test_train_help_documents_every_key(capsys):
         assert f"  {key.split('.')[1]} " in out, key
 
 
+@pytest.mark.slow
 def test_train_config_with_the_largest_batch_that_fits(workdir, tmp_path):
     """``plan.batch_size: max`` with ``plan: auto`` on the measured hardware trains at the largest
     batch that fits (the one ``lt.plan(hardware="measure", batch_size="max")`` gives), and an epoch
