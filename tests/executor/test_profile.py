@@ -35,6 +35,7 @@ def test_profile_measures_and_plans_for_this_machine():
     assert metrics["peak_device_bytes"] <= plan.predicted_peak_device_bytes
 
 
+@pytest.mark.slow
 def test_profile_host_and_nvme_room_are_this_machines(tmp_path):
     """Host room for activations: 80 % of the RAM available now less the model's host store; NVMe
     room: 90 % of the offload directory's free space; either can be given instead."""

@@ -26,7 +26,7 @@ def stream_forward(model, ids, mask, traces):
     return logits, layer_jit
 
 
-@pytest.mark.parametrize("num_layers", [2, 7])
+@pytest.mark.parametrize("num_layers", [pytest.param(2, marks=pytest.mark.slow), 7])
 def test_one_compilation_per_kind_whatever_the_depth(num_layers):
     cfg = lt.get_preset("qwen3-debug", num_layers=num_layers)
     model = lt.init_model(cfg, seed=0)

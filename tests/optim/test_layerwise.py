@@ -75,7 +75,8 @@ def _sub(tree, keys):
 
 @pytest.mark.xla_optimized
 @pytest.mark.parametrize("fmt,impl", [("dynamic8", "xla"), pytest.param("dynamic8", "native", marks=pytest.mark.slow),
-                                      pytest.param("fp8", "auto", marks=pytest.mark.slow), ("fp32", "auto")])
+                                      pytest.param("fp8", "auto", marks=pytest.mark.slow),
+                                      pytest.param("fp32", "auto", marks=pytest.mark.slow)])
 def test_layer_by_layer_equals_whole_tree(fmt, impl):
     """Bit for bit, both sides on one implementation (the native kernel runs dynamic8 state only),
     except the native one: there the per-unit step's update is the kernel's own arithmetic and the
@@ -162,7 +163,8 @@ def test_fused_layer_step_compiles_once_and_donates():
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(copy))
 
 
-@pytest.mark.parametrize("bad, fmt", [(np.nan, "dynamic8"), (np.inf, "fp32"), (np.inf, "fp8")])
+@pytest.mark.parametrize("bad, fmt", [(np.nan, "dynamic8"), pytest.param(np.inf, "fp32", marks=pytest.mark.slow),
+                                     pytest.param(np.inf, "fp8", marks=pytest.mark.slow)])
 def test_nonfinite_norm_skips_step_and_counts(bad, fmt):
     params = _model(3)
     tx = optim.adamw_8bit(LR, max_grad_norm=CLIP, state_format=fmt, **HP)

@@ -159,6 +159,7 @@ def _transform_steps(impl, params, num_steps=3):
     return p, s, step
 
 
+@pytest.mark.slow
 def test_transform_native_matches_xla_and_runs_the_kernel():
     params = lt.init_model("qwen3-debug").params
     xp, xs, _ = _transform_steps("xla", params)

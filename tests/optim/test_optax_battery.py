@@ -22,7 +22,7 @@ def _grads(params, seed):
     return jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), x.dtype), params)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ["dynamic8"] + [pytest.param(f, marks=pytest.mark.slow) for f in FORMATS[1:]])
 def test_inject_hyperparams_identical(fmt):
     params = _params()
     kw = dict(b1=0.9, b2=0.95, eps=1e-6, weight_decay=0.1, max_grad_norm=1.0, state_format=fmt)
