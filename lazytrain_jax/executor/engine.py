@@ -33,7 +33,7 @@ from lazytrain_jax.executor.ledger import DeviceLedger, DeviceMemoryError, live_
 from lazytrain_jax.executor.nvme import NvmeStore
 from lazytrain_jax.executor.timeline import Timeline
 from lazytrain_jax.model.batch import validate_batch
-from lazytrain_jax.model.units import IGNORE_INDEX, default_positions, get_units, shift_labels
+from lazytrain_jax.model.units import IGNORE_INDEX, default_positions, get_units, jitted_layer, shift_labels
 from lazytrain_jax.schedule import timing
 from lazytrain_jax.schedule.costs import config_fingerprint
 
@@ -47,7 +47,7 @@ CHANNEL_WORKERS = ("h2d", "d2h", "nvme_read", "nvme_write", "optimizer")
 @functools.lru_cache(maxsize=64)
 def device_fns(cfg, kind: str):
     units = get_units(cfg)
-    return dict(forward=jax.jit(units.layer(kind)),
+    return dict(forward=jitted_layer(cfg, kind),
                 forward_res=jax.jit(units.layer_forward_with_residuals(kind)),
                 backward_res=jax.jit(units.layer_backward_from_residuals(kind)),
                 backward=jax.jit(units.layer_backward(kind)))

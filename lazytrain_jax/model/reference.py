@@ -11,19 +11,14 @@ import numpy as np
 from lazytrain_jax.model import batch as batch_checks
 from lazytrain_jax.model.batch import BATCH_KEYS
 from lazytrain_jax.model.config import ModelConfig
-from lazytrain_jax.model.units import default_positions, get_units
-
-
-@functools.lru_cache(maxsize=64)
-def _layer_jit(cfg: ModelConfig, kind: str):
-    return jax.jit(get_units(cfg).layer(kind))
+from lazytrain_jax.model.units import default_positions, get_units, jitted_layer
 
 
 def _hidden(cfg: ModelConfig, params, input_ids_BxS, attention_mask_BxS, positions_BxS):
     units = get_units(cfg)
     h_BxSxD = units.embed(params["embed"], input_ids_BxS)
     for kind, layer_params in zip(cfg.layer_kinds, params["layers"]):
-        h_BxSxD = _layer_jit(cfg, kind)(layer_params, h_BxSxD, positions_BxS, attention_mask_BxS)
+        h_BxSxD = jitted_layer(cfg, kind)(layer_params, h_BxSxD, positions_BxS, attention_mask_BxS)
     return h_BxSxD
 
 

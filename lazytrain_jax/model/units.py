@@ -194,6 +194,13 @@ def _abstract(cfg: ModelConfig, unit: str):
 
 
 @functools.lru_cache(maxsize=64)
+def jitted_layer(cfg: ModelConfig, kind: str) -> Callable:
+    """``jax.jit`` of ``get_units(cfg).layer(kind)``, one object per (config, kind): the resident
+    reference and the streaming engine share it (one trace per kind and shape)."""
+    return jax.jit(get_units(cfg).layer(kind))
+
+
+@functools.lru_cache(maxsize=64)
 def get_units(cfg: ModelConfig) -> ModelUnits:
     """The (cached) units of ``cfg``."""
     kinds = sorted(set(cfg.layer_kinds))
