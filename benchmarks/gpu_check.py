@@ -14,7 +14,11 @@ On the first accelerator: a random model of the given preset (default a Qwen2.5-
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gc
+import os
 import time
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +43,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--opt-params", type=int, default=100_000_000, help="params of the optimizer check")
     ap.add_argument("--optimizer-only", action="store_true", help="only the optimizer check (3.)")
+    ap.add_argument("--trace-dir", default="", help="write each streamed run's Chrome trace here")
     args = ap.parse_args()
     if args.optimizer_only:
         optimizer_check(args.opt_params, args.repeats + 2)
@@ -49,46 +54,112 @@ def main():
     model = lt.init_model(args.preset, seed=0, dtype="bfloat16")
     n = model.num_params()
     tokens = args.batch * args.seq
-    print(f"model {args.preset}: {n / 1e9:.2f} B params, batch {args.batch} x {args.seq} (init {time.perf_counter() - t0:.0f} s)")
+    flops = 6 * n * tokens
+    print(f"model {args.preset}: {n / 1e9:.2f} B params, batch {args.batch} x {args.seq} "
+          f"(init {time.perf_counter() - t0:.0f} s)")
     rng = np.random.default_rng(0)
     ids = rng.integers(0, model.config.vocab_size, (args.batch, args.seq)).astype(np.int32)
     batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": ids}
-    stats = dev.memory_stats() or {}
-    limit = stats.get("bytes_limit", 80e9)
+    limit = device_stat(dev, "bytes_limit", 80e9)
+    t0 = time.perf_counter()
     costs, hw = profile(model, args.batch, args.seq, stream_dtype="bfloat16", device_memory=limit,
                         repeats=args.repeats)
-    print(f"profiled: h2d {hw.h2d_bw / 1e9:.1f} GB/s, d2h {hw.d2h_bw / 1e9:.1f} GB/s, host optimizer "
-          f"{hw.host_opt_rate / 1e9:.2f} G params/s, achieved {hw.device_flops / 1e12:.0f} TFLOP/s (layer fwd)")
+    print(f"profiled in {time.perf_counter() - t0:.0f} s: h2d {hw.h2d_bw / 1e9:.1f} GB/s, d2h {hw.d2h_bw / 1e9:.1f} GB/s, "
+          f"host optimizer {hw.host_opt_rate / 1e9:.2f} G params/s, achieved {hw.device_flops / 1e12:.0f} TFLOP/s "
+          f"(layer fwd)", flush=True)
     L = model.config.num_layers
     tx = lt.optim.adamw_8bit(1e-5, weight_decay=0.01, max_grad_norm=1.0)
-    rows = []
     all_dev = Plan.create(costs, hw, name="all-device", boundary_tiers=["device"] * (L + 1),
                           keep_residuals=[True] * L, optimizer_mode="pipelined")
-    with lt.StreamingEngine(model, all_dev, tx) as eng:
-        t = median_seconds(lambda: (eng.step(batch), eng.flush()), args.repeats)
-        m = eng.last_metrics
-    peak = (dev.memory_stats() or {}).get("peak_bytes_in_use", float("nan"))
-    rows.append(("streamed all-device", t, m["peak_device_bytes"], all_dev.predicted_peak_device_bytes, m["stall_s"]))
-    lag = lt.loss_and_grad
-    t_res = median_seconds(lambda: jax.block_until_ready(lag(model, batch)), args.repeats)
-    rows.append(("resident loss_and_grad (no update)", t_res, float("nan"), float("nan"), 0.0))
     hw_b = hw.replace(device_memory=args.budget_gb * 1e9, device_margin=min(1e9, 0.05 * args.budget_gb * 1e9))
-    for name, plan in (("MILP", plan_for_costs(costs, hw_b)), ("megatrain(K=4)", heuristics.megatrain(costs, hw_b, K=4))):
+    runs = [("streamed all-device", all_dev)]
+    for name, make in (("MILP", lambda: plan_for_costs(costs, hw_b)),
+                       ("megatrain(K=4)", lambda: heuristics.megatrain(costs, hw_b, K=4))):
+        t0 = time.perf_counter()
+        plan = make()
         if plan is None or not plan.fits():
             print(f"{name}: no plan fits {args.budget_gb} GB")
             continue
-        print(f"{name} plan: {describe(plan)}")
-        with lt.StreamingEngine(model, plan, tx) as eng:
-            t = median_seconds(lambda: (eng.step(batch), eng.flush()), args.repeats)
-            m = eng.last_metrics
-        rows.append((f"{name} under {args.budget_gb:g} GB (pred {plan.predicted_step_time_s:.2f} s)", t,
-                     m["peak_device_bytes"], plan.predicted_peak_device_bytes, m["stall_s"]))
-    print(f"\n{'run':<44} {'step s':>8} {'TFLOPS':>7} {'held GB':>8} {'plan GB':>8} {'held/plan':>9} {'stall s':>8}")
-    for name, t, held, pred, stall in rows:
-        print(f"{name:<44} {t:>8.3f} {6 * n * tokens / t / 1e12:>7.1f} {held / 1e9:>8.3f} {pred / 1e9:>8.3f} "
-              f"{held / pred:>9.2f} {stall:>8.3f}")
-    print(f"device peak_bytes_in_use (whole run): {peak / 1e9:.2f} GB")
+        print(f"{name} plan ({time.perf_counter() - t0:.1f} s): {describe(plan)}", flush=True)
+        runs.append((f"{name} under {args.budget_gb:g} GB", plan))
+    rows = []
+    for name, plan in runs:
+        try:
+            rows.append(run_streamed(name, plan, model, tx, batch, dev, args))
+        except Exception as e:  # one failing plan must not hide the others' figures
+            traceback.print_exc()
+            print(f"{name}: FAILED ({type(e).__name__}: {e})", flush=True)
+    base = device_stat(dev, "bytes_in_use")
+    res_model = dataclasses.replace(model, params=jax.device_put(model.params, dev))
+    lag = lt.loss_and_grad
+    t_res = median_seconds(lambda: jax.block_until_ready(lag(res_model, batch)), args.repeats)
+    res_peak = device_stat(dev, "peak_bytes_in_use")
+    del res_model
+    gc.collect()
+    rows.append(dict(name="resident loss_and_grad (no update)", steady=t_res, fb=t_res, pred=float("nan"),
+                     held=float("nan"), plan=float("nan"), live=float("nan"), base=base, peak=res_peak, stall=0.0))
+    print(f"\n{'run':<36} {'s/step':>7} {'fwd+bwd':>7} {'pred s':>7} {'TFLOPS':>7} {'held GB':>8} {'plan GB':>8} "
+          f"{'held/plan':>9} {'live GB':>8} {'dev0 GB':>8} {'devpk GB':>8} {'stall s':>8}")
+    for r in rows:
+        print(f"{r['name']:<36} {r['steady']:>7.3f} {r['fb']:>7.3f} {r['pred']:>7.3f} {flops / r['steady'] / 1e12:>7.1f} "
+              f"{r['held'] / 1e9:>8.3f} {r['plan'] / 1e9:>8.3f} {r['held'] / r['plan']:>9.2f} {r['live'] / 1e9:>8.3f} "
+              f"{r['base'] / 1e9:>8.3f} {r['peak'] / 1e9:>8.3f} {r['stall']:>8.3f}")
+    print("s/step: steady state, (repeats consecutive steps + the last update) / repeats, update included; "
+          "fwd+bwd: the engine's median forward-backward time (a pipelined step waits there for the update "
+          "its uploads need); TFLOPS: 6 * params * tokens / (s/step); held: the engine's ledger peak; live: "
+          "jax.live_arrays() on the device sampled at every item boundary (one audited step); dev0: "
+          "memory_stats bytes_in_use before the run; devpk: memory_stats peak_bytes_in_use after it "
+          "(monotonic over the process: a row raised it only if it exceeds the rows above)")
     optimizer_check(args.opt_params, args.repeats + 2)
+
+
+def device_stat(dev, key: str, default: float = float("nan")) -> float:
+    return float((dev.memory_stats() or {}).get(key, default))
+
+
+def run_streamed(name: str, plan: Plan, model, tx, batch, dev, args) -> dict:
+    """Steady-state step of ``plan`` (``repeats`` consecutive steps, then the last update), per-phase
+    measured against predicted windows, one audited step (live device arrays), stalls per channel."""
+    from streaming_cpu import PHASES, phase_sums
+    from lazytrain_jax.schedule import timing
+    base = device_stat(dev, "bytes_in_use")
+    t0 = time.perf_counter()
+    with lt.StreamingEngine(model, plan, tx) as eng:
+        eng.step(batch)
+        eng.flush()
+        print(f"{name}: engine built and first step in {time.perf_counter() - t0:.0f} s", flush=True)
+        fb, windows = [], []
+        t0 = time.perf_counter()
+        for _ in range(args.repeats):
+            m = eng.step(batch)
+            fb.append(m["step_time_s"])
+            windows.append([(n, t1 - s0) for n, s0, t1 in eng.timeline.item_windows])
+        eng.flush()
+        steady = (time.perf_counter() - t0) / args.repeats
+        held, stalls, busy = m["peak_device_bytes"], m["stalls"], m["busy"]
+        if args.trace_dir:
+            eng.save_trace(os.path.join(args.trace_dir, name.split()[0].replace("(", "").replace(")", "").replace("=", "")
+                                        + ".trace.json"))
+        eng.audit_memory = True
+        eng.step(batch)
+        eng.flush()
+        live = eng.last_metrics["live_peak_device_bytes"]
+        items = eng.items
+    peak = device_stat(dev, "peak_bytes_in_use")
+    pred = phase_sums([(w.item.name, w.time) for w in timing.windows(plan.costs, plan.hardware, plan)], items)
+    meas = [phase_sums(w, items) for w in windows]
+    print(f"{name}: steady {steady:.3f} s/step, fwd+bwd median {float(np.median(fb)):.3f} s, predicted "
+          f"{plan.predicted_step_time_s:.3f} s; loss {m['loss']:.4f}")
+    print(f"  {'phase':<10} {'measured s':>11} {'predicted s':>12} {'ratio':>6}")
+    for ph in PHASES:
+        ms = float(np.median([x[ph] for x in meas]))
+        if ms or pred[ph]:
+            print(f"  {ph:<10} {ms:>11.4f} {pred[ph]:>12.4f} {ms / max(pred[ph], 1e-12):>6.2f}")
+    print("  busy s: " + ", ".join(f"{k} {v:.3f}" for k, v in busy.items())
+          + " | stalls s: " + (", ".join(f"{k} {v:.3f}" for k, v in stalls.items()) or "none"), flush=True)
+    gc.collect()
+    return dict(name=name, steady=steady, fb=float(np.median(fb)), pred=plan.predicted_step_time_s, held=held,
+                plan=plan.predicted_peak_device_bytes, live=live, base=base, peak=peak, stall=sum(stalls.values()))
 
 
 def describe(plan: Plan) -> str:

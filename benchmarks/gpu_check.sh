@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 if ! python -c "import jax, sys; sys.exit(jax.devices()[0].platform != 'gpu')"; then
   echo "no GPU: a CPU dry run on a tiny model (the figures say nothing about a GPU)"
   exec python benchmarks/gpu_check.py --preset qwen3-debug --batch 2 --seq 64 --budget-gb 0.0022 --repeats 1 \
-    --opt-params "${OPT_PARAMS:-4000000}"
+    --opt-params "${OPT_PARAMS:-4000000}" --trace-dir "${TRACE_DIR:-}"
 fi
-timeout 480 python benchmarks/gpu_check.py --preset "${PRESET:-qwen2.5-3b}" --batch "${BATCH:-4}" --seq "${SEQ:-1024}" --budget-gb "${BUDGET_GB:-24}"
+timeout "${CHECK_TIMEOUT:-480}" python benchmarks/gpu_check.py --preset "${PRESET:-qwen2.5-3b}" --batch "${BATCH:-4}" --seq "${SEQ:-1024}" --budget-gb "${BUDGET_GB:-24}" --trace-dir "${TRACE_DIR:-}"
