@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from lazytrain_jax.executor import host_optim
+from lazytrain_jax.executor import host_optim, links
 from lazytrain_jax.executor.ledger import DeviceLedger, DeviceMemoryError, live_device_buffers
 from lazytrain_jax.executor.nvme import NvmeStore
 from lazytrain_jax.executor.timeline import Timeline
@@ -152,11 +152,9 @@ class StreamingEngine:
         else:
             self.devices = [jax.devices()[0]]
             self.weight_sharding = self.batch_sharding = SingleDeviceSharding(self.devices[0])
-        cpu = jax.devices("cpu")[0]
         on_cpu = self.devices[0].platform == "cpu"
-        # On the CPU backend host data lives in the pinned_host memory kind, so uploads and downloads
-        # are real copies between memory kinds (the GPU code path); elsewhere on the CPU backend.
-        self.host_sharding = SingleDeviceSharding(cpu, memory_kind="pinned_host") if on_cpu else SingleDeviceSharding(cpu)
+        self.host_sharding = links.host_store(self.devices[0])  # copies: executor/links.py
+        self.staging = links.staging(self.devices[0])
         self.budget = plan.predicted_peak_device_bytes - plan.hardware.device_margin
         self.ledger = DeviceLedger(self.budget, self.devices[0])
         self.audit_memory = audit_memory
@@ -247,10 +245,10 @@ class StreamingEngine:
         def run():
             if after is not None:
                 after.wait()
-            t0 = tl.now()
+            t0 = time.perf_counter()  # absolute: the step's clock may restart while this runs
             out = fn(*args)
             jax.block_until_ready(out)
-            tl.add(channel, name, t0, tl.now(), item)
+            tl.add_since(channel, name, t0, time.perf_counter(), item)
             return out
 
         return self._workers[channel].submit(run)

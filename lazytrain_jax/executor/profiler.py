@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lazytrain_jax.executor import links
 from lazytrain_jax.model.units import get_units
 from lazytrain_jax.schedule.costs import Costs, config_fingerprint
 
@@ -137,10 +138,11 @@ def _measure_link(device, host, probe, repeats: int) -> tuple[float, float]:
     if isinstance(probe, int):
         probe = np.ones(probe // 4, np.float32)
     x = jax.device_put(probe, host)
-    d = jax.device_put(x, device)
+    d = links.upload(x, device)
     nbytes = sum(a.nbytes for a in jax.tree.leaves(x))
-    h2d = median_seconds(lambda: jax.device_put(x, device), repeats)
-    d2h = median_seconds(lambda: jax.device_put(d, host), repeats)
+    staging = links.staging(next(iter(device.device_set)))
+    h2d = median_seconds(lambda: links.upload(x, device), repeats)  # the engine's paths (links.py)
+    d2h = median_seconds(lambda: links.download(d, host, staging, to_host=True), repeats)
     return nbytes / h2d, nbytes / d2h
 
 
@@ -326,8 +328,7 @@ def _measured_rates(cfg, stream_dtype, offload_dir, repeats, link_bytes, disk_by
     if key not in _RATES_CACHE or not cached:
         dtype = jnp.dtype(stream_dtype)
         from jax.sharding import SingleDeviceSharding
-        host = SingleDeviceSharding(jax.devices("cpu")[0], memory_kind="pinned_host") if device.platform == "cpu" \
-            else SingleDeviceSharding(jax.devices("cpu")[0])
+        host = links.host_store(device)
         if link_bytes is None:  # the largest layer's weights, leaf by leaf as the engine streams them
             kind = max(sorted(set(cfg.layer_kinds)), key=cfg.layer_num_params)
             link_bytes = jax.tree.map(lambda a: np.full(a.shape, 0.01, dtype), get_units(cfg).abstract_params(kind))

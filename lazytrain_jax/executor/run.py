@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import SingleDeviceSharding
 
-from lazytrain_jax.executor import engine as eng_mod
+from lazytrain_jax.executor import engine as eng_mod, links
 from lazytrain_jax.executor.host_optim import host_jit
 from lazytrain_jax.executor.ledger import DeviceMemoryError, device_bytes, live_device_bytes
 from lazytrain_jax.schedule import steps
@@ -138,13 +138,15 @@ class StepRun:
 
     # ---- transfers ---------------------------------------------------------------------------
 
-    def _down(self, tree):
-        """Device -> host store. Sharded arrays are first gathered on one device (JAX cannot move
-        a multi-device array into a single-device host memory kind directly)."""
+    def _down(self, tree, *, to_host: bool = False):
+        """Device -> host (``links.download``): offloaded activations and residuals stay where the
+        copy lands; gradients (``to_host``) go on to the host store, where the optimizer reads them.
+        Sharded arrays are first gathered on one device (JAX cannot move a multi-device array into a
+        single-device host memory kind directly)."""
         e = self.e
         if e.mesh is not None:
             tree = jax.device_put(tree, SingleDeviceSharding(e.devices[0]))
-        return jax.device_put(tree, e.host_sharding)
+        return links.download(tree, e.host_sharding, e.staging, to_host=to_host)
 
     def _uses_resident(self, item) -> bool:
         return item.phase in ("recompute", "backward") and item.layer is not None and self.e.resident[item.layer]
@@ -168,20 +170,20 @@ class StepRun:
 
             def upload():
                 wait_updates()
-                return [jax.device_put(gather(e._stream[0], mb["ids"]), e.batch_sharding) for mb in self.micro]
+                return [links.upload(gather(e._stream[0], mb["ids"]), e.batch_sharding) for mb in self.micro]
 
             nbytes = self.M * self._act_bytes()
         elif u == L + 1:
             def upload():
                 wait_updates()
                 tied = e._stream[0]["embed_tokens"]["weight"] if self.cfg.tie_word_embeddings else None
-                return jax.device_put((e._stream[u], tied), e.weight_sharding)
+                return links.upload((e._stream[u], tied), e.weight_sharding)
 
             nbytes = _nbytes(e._stream[u]) + (_nbytes(e._stream[0]) if self.cfg.tie_word_embeddings else 0)
         else:
             def upload():
                 wait_updates()
-                return jax.device_put(e._stream[u], e.weight_sharding)
+                return links.upload(e._stream[u], e.weight_sharding)
 
             nbytes = _nbytes(e._stream[u])
         e.ledger.add_bytes(f"w{k}", nbytes, item=item.name)
@@ -210,7 +212,7 @@ class StepRun:
         src = self.rfut[k] if self.tiers[b] == "nvme" else self.h_host[b]
 
         def upload():
-            return [jax.device_put(x, e.batch_sharding) for x in src.result()]
+            return [links.upload(x, e.batch_sharding) for x in src.result()]
 
         e.ledger.add_bytes(f"fetch{k}", self.M * self._act_bytes(), item=item.name)
         self.afut[k] = e._submit("h2d", f"b{b} {item.name}", upload, item=k)
@@ -239,7 +241,7 @@ class StepRun:
         nbytes, shardings = self.res_meta[l]
 
         def upload():
-            return [jax.device_put(r, shardings[m]) for m, r in enumerate(src.result())]
+            return [links.upload(r, shardings[m]) for m, r in enumerate(src.result())]
 
         e.ledger.add_bytes(f"resfetch{j}", nbytes, item=self.items[j].name)
         self.resfut[j] = e._submit("h2d", f"res{l} {self.items[j].name}", upload, item=j)
@@ -292,7 +294,7 @@ class StepRun:
         device arrays stay accounted under ``tag`` until the copy is done."""
         e = self.e
         e.ledger.add(tag, device_tree, item=name)
-        fut = e._submit("d2h", f"grad {name}", lambda: self._host_f32(self._down(down)))
+        fut = e._submit("d2h", f"grad {name}", lambda: self._host_f32(self._down(down, to_host=True)))
         self.deferred.append((fut, lambda: e.ledger.free(tag)))
         # the step model's deadline: the copy down is done by the end of the next item (its device
         # buffers are then freed, so at most two gradients are on the device, as memory.py counts)
@@ -547,7 +549,7 @@ class StepRun:
         self._send_grads(l + 1, self._accumulate(gps), item.name)
         if l == 0:
             g0 = list(ghs)  # cast to fp32 on the host by the embedding's backward
-            self.g0_futs.append(e._submit("d2h", "grad b0", lambda: [self._down(self._to_grad_dtype(x)) for x in g0]))
+            self.g0_futs.append(e._submit("d2h", "grad b0", lambda: [self._down(self._to_grad_dtype(x), to_host=True) for x in g0]))
 
     def _embed_backward(self, k: int):
         """BE: the boundary-0 gradient scatter-added into the embedding table on the host (fp32)."""

@@ -63,6 +63,14 @@ class Timeline:
         with self._lock:
             self.intervals.append(Interval(channel, name, start_s, end_s, item))
 
+    def add_since(self, channel: str, name: str, start_perf: float, end_perf: float,
+                  item: int | None = None) -> None:
+        """``add`` from two ``time.perf_counter()`` readings, placed on the step's clock at the time of
+        the call: an interval that began before this step's ``start`` (a pipelined update launched by
+        the last step) keeps its true length and gets a negative start."""
+        with self._lock:
+            self.intervals.append(Interval(channel, name, start_perf - self._t0, end_perf - self._t0, item))
+
     def add_stall(self, channel: str, seconds: float) -> None:
         with self._lock:
             self.stalls[channel] += seconds
@@ -72,10 +80,11 @@ class Timeline:
             self.item_windows.append((name, start_s, end_s))
 
     def busy(self) -> dict[str, float]:
-        """Seconds each channel was busy (intervals of one channel never overlap: one worker each)."""
+        """Seconds each channel was busy within this step (from its ``start``; intervals of one channel
+        never overlap: one worker each)."""
         out = dict.fromkeys(CHANNELS, 0.0)
         for iv in self.intervals:
-            out[iv.channel] += iv.end_s - iv.start_s
+            out[iv.channel] += max(0.0, iv.end_s) - max(0.0, iv.start_s)
         return out
 
     def to_dicts(self) -> list[dict]:
