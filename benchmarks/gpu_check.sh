@@ -9,4 +9,5 @@ if ! python -c "import jax, sys; sys.exit(jax.devices()[0].platform != 'gpu')"; 
   exec python benchmarks/gpu_check.py --preset qwen3-debug --batch 2 --seq 64 --budget-gb 0.0022 --repeats 1 \
     --opt-params "${OPT_PARAMS:-4000000}" --trace-dir "${TRACE_DIR:-}"
 fi
-timeout "${CHECK_TIMEOUT:-480}" python benchmarks/gpu_check.py --preset "${PRESET:-qwen2.5-3b}" --batch "${BATCH:-4}" --seq "${SEQ:-1024}" --budget-gb "${BUDGET_GB:-24}" --trace-dir "${TRACE_DIR:-}"
+timeout 60 python benchmarks/transfer_paths.py --mb 256 --pieces 8 --repeats 5 || echo "transfer_paths failed or timed out"
+timeout "${CHECK_TIMEOUT:-420}" python benchmarks/gpu_check.py --preset "${PRESET:-qwen2.5-3b}" --batch "${BATCH:-4}" --seq "${SEQ:-1024}" --budget-gb "${BUDGET_GB:-24}" --trace-dir "${TRACE_DIR:-}"

@@ -2,7 +2,8 @@
 
     python benchmarks/transfer_paths.py --mb 256 --pieces 8 --repeats 5
 
-Prints GB/s per path (median of repeats), whole arrays and a layer-like list of pieces, and with
+Prints GB/s per path (median of repeats; downloads from fresh arrays), whole arrays and a layer-like list
+of pieces, the paths of lazytrain_jax/executor/links.py among them, and with
 --threads N the same list split across N threads. Torch's pinned copy is printed when torch with
 CUDA is importable, as the machine's reference.
 """
@@ -17,6 +18,8 @@ import jax
 import numpy as np
 from jax.sharding import SingleDeviceSharding
 
+from lazytrain_jax.executor import links
+
 
 def rate(fn, nbytes, repeats):
     fn()
@@ -24,6 +27,18 @@ def rate(fn, nbytes, repeats):
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
+        ts.append(time.perf_counter() - t0)
+    return nbytes / float(np.median(ts)) / 1e9
+
+
+def rate_fresh(make, fn, nbytes, repeats):
+    """GB/s of ``fn(make())`` with only ``fn`` timed (a fresh input each repeat), after one warm-up."""
+    fn(make())
+    ts = []
+    for _ in range(repeats):
+        x = make()
+        t0 = time.perf_counter()
+        fn(x)
         ts.append(time.perf_counter() - t0)
     return nbytes / float(np.median(ts)) / 1e9
 
@@ -64,29 +79,39 @@ def main():
             print(f"{name:<22} {w:>10.2f} {p:>11.2f} {t:>12.2f}", flush=True)
         except Exception as e:  # noqa: BLE001 - a path this backend lacks
             print(f"{name:<22} failed: {type(e).__name__}: {str(e)[:120]}")
-    dw = jax.device_put(a, on_dev)
-    dp = [jax.device_put(x, on_dev) for x in pieces]
-    jax.block_until_ready((dw, dp))
+    # D2H from fresh device arrays each time: a jax.Array caches its numpy value, so copying the
+    # same array twice would time the cache
+    def fresh():
+        return jax.block_until_ready(jax.device_put(a, on_dev)), jax.block_until_ready([jax.device_put(x, on_dev) for x in pieces])
+
     dsts = {"numpy (np.asarray)": lambda x: np.asarray(x), "cpu-backend array": lambda x: jax.device_put(x, cpu)}
     if "pinned_host" in kinds:
         dsts["device pinned_host"] = lambda x: jax.device_put(x, pin)
-    print(f"{'D2H to':<22} {'whole GB/s':>10} {'pieces GB/s':>11} {'threads GB/s':>12}")
+    staging = links.staging(dev)
+    if staging is not None:
+        host = links.host_store(dev)
+        for name, path in links.TO_HOST_PATHS.items():
+            dsts[f"host store via {name}"] = lambda x, path=path: path(x, staging, host)
+    print(f"{'D2H to (fresh arrays)':<30} {'whole GB/s':>10} {'pieces GB/s':>11} {'threads GB/s':>12}")
     for name, f in dsts.items():
         try:
-            w = rate(lambda: jax.block_until_ready(f(dw)), nbytes, args.repeats)
-            p = rate(lambda: jax.block_until_ready([f(x) for x in dp]), nbytes, args.repeats)
-            t = rate(lambda: jax.block_until_ready(list(pool.map(f, dp))), nbytes, args.repeats)
-            print(f"{name:<22} {w:>10.2f} {p:>11.2f} {t:>12.2f}", flush=True)
+            w = rate_fresh(lambda: fresh()[0], lambda d: jax.block_until_ready(f(d)), nbytes, args.repeats)
+            p = rate_fresh(lambda: fresh()[1], lambda d: jax.block_until_ready([f(x) for x in d]), nbytes, args.repeats)
+            t = rate_fresh(lambda: fresh()[1], lambda d: jax.block_until_ready(list(pool.map(f, d))), nbytes,
+                           args.repeats)
+            print(f"{name:<30} {w:>10.2f} {p:>11.2f} {t:>12.2f}", flush=True)
         except Exception as e:  # noqa: BLE001
-            print(f"{name:<22} failed: {type(e).__name__}: {str(e)[:120]}")
+            print(f"{name:<30} failed: {type(e).__name__}: {str(e)[:120]}")
+    if staging is not None:
+        print(f"links.to_host_path chooses: {links.to_host_path(staging, links.host_store(dev))}")
     if "pinned_host" in kinds and dev.platform != "cpu":
         cw = srcs["cpu-backend array"][0]
         w = rate(lambda: jax.block_until_ready(jax.device_put(cw, pin)), nbytes, args.repeats)
         w2 = rate(lambda: jax.block_until_ready(jax.device_put(a, pin)), nbytes, args.repeats)
-        pw = srcs["device pinned_host"][0]
-        w3 = rate(lambda: jax.block_until_ready(jax.device_put(pw, cpu)), nbytes, args.repeats)
+        w3 = rate_fresh(lambda: jax.block_until_ready(jax.device_put(a, pin)),
+                        lambda x: jax.block_until_ready(jax.device_put(x, cpu)), nbytes, args.repeats)
         print(f"host copies: cpu-backend -> pinned_host {w:.2f} GB/s, numpy -> pinned_host {w2:.2f} GB/s, "
-              f"pinned_host -> cpu-backend {w3:.2f} GB/s")
+              f"pinned_host -> cpu-backend {w3:.2f} GB/s (fresh arrays)")
     w = rate(lambda: np.copyto(np.empty_like(a), a), nbytes, args.repeats)
     print(f"numpy memcpy (fresh destination) {w:.2f} GB/s")
     try:

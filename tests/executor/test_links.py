@@ -1,0 +1,93 @@
+"""executor/links.py: the copy paths between device and host give the same values wherever they land,
+and the gradients' way to the host is the fastest measured (a fake clock here: no timing is asserted)."""
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import SingleDeviceSharding
+
+from lazytrain_jax.executor import links
+
+CPU = jax.devices("cpu")[0]
+# The CPU backend stands in for an accelerator: its pinned_host memory kind plays the accelerator's
+# staging memory, its device memory kind the host store.
+STAGING = SingleDeviceSharding(CPU, memory_kind="pinned_host")
+HOST = SingleDeviceSharding(CPU, memory_kind="device")
+
+
+def _tree():
+    rng = np.random.default_rng(0)
+    return {"w": rng.standard_normal((5, 7)).astype(np.float32),
+            "b": rng.standard_normal(7).astype(jax.numpy.bfloat16)}
+
+
+@pytest.mark.parametrize("name", sorted(links.TO_HOST_PATHS))
+def test_every_to_host_path_copies_exactly_into_the_host_store(name):
+    for a in jax.tree.leaves(_tree()):
+        x = jax.device_put(a, SingleDeviceSharding(CPU))
+        y = links.TO_HOST_PATHS[name](x, STAGING, HOST)
+        assert y.sharding == HOST and y.dtype == a.dtype
+        np.testing.assert_array_equal(np.asarray(y), a)
+
+
+def test_download_lands_in_staging_or_goes_on_to_the_host(monkeypatch):
+    monkeypatch.setenv("LAZYTRAIN_TO_HOST_PATH", "pinned+numpy")
+    monkeypatch.setattr(links, "_CHOSEN", {})
+    tree = jax.device_put(_tree(), SingleDeviceSharding(CPU))
+    kept = links.download(tree, HOST, STAGING, to_host=False)
+    on_host = links.download(tree, HOST, STAGING, to_host=True)
+    assert all(x.sharding == STAGING for x in jax.tree.leaves(kept))
+    assert all(x.sharding == HOST for x in jax.tree.leaves(on_host))
+    for a, b, c in zip(jax.tree.leaves(_tree()), jax.tree.leaves(kept), jax.tree.leaves(on_host)):
+        np.testing.assert_array_equal(np.asarray(b), a)
+        np.testing.assert_array_equal(np.asarray(c), a)
+    # without staging (the CPU backend's engine) a download goes straight to the host store
+    direct = links.download(tree, STAGING, None, to_host=False)
+    assert all(x.sharding == STAGING for x in jax.tree.leaves(direct))
+
+
+def test_to_host_path_takes_the_fastest_by_the_clock_and_measures_once(monkeypatch):
+    now = [0.0]
+    calls = {}
+
+    def fake(seconds, name):
+        def path(x, staging, host):
+            calls[name] = calls.get(name, 0) + 1
+            now[0] += seconds
+            return jax.device_put(x, host)
+        return path
+
+    monkeypatch.delenv("LAZYTRAIN_TO_HOST_PATH", raising=False)
+    monkeypatch.setattr(links, "TO_HOST_PATHS", {"slow": fake(3.0, "slow"), "fast": fake(0.5, "fast"),
+                                                 "middling": fake(1.0, "middling")})
+    monkeypatch.setattr(links, "_CHOSEN", {})
+    assert links.to_host_path(STAGING, HOST, probe_bytes=1024, repeats=3, clock=lambda: now[0]) == "fast"
+    assert calls == {"slow": 4, "fast": 4, "middling": 4}  # one warm-up and three timed each
+    assert links.to_host_path(STAGING, HOST, clock=lambda: now[0]) == "fast"
+    assert calls == {"slow": 4, "fast": 4, "middling": 4}  # cached: not measured again
+
+
+def test_to_host_path_override_and_its_bad_value(monkeypatch):
+    monkeypatch.setattr(links, "_CHOSEN", {})
+    monkeypatch.setenv("LAZYTRAIN_TO_HOST_PATH", "numpy")
+    assert links.to_host_path(STAGING, HOST) == "numpy"
+    monkeypatch.setattr(links, "_CHOSEN", {})
+    monkeypatch.setenv("LAZYTRAIN_TO_HOST_PATH", "fastest")
+    with pytest.raises(ValueError, match=r"LAZYTRAIN_TO_HOST_PATH='fastest'; valid: \['direct', 'numpy'"):
+        links.to_host_path(STAGING, HOST)
+
+
+def test_upload_and_the_host_store_by_backend():
+    dev = SingleDeviceSharding(CPU, memory_kind="device")
+    host = links.host_store(CPU)
+    assert host.memory_kind == "pinned_host" and links.donates_stream_copy(host)
+    assert links.staging(CPU) is None  # the CPU backend downloads straight into its host store
+    tree = jax.device_put(_tree(), host)
+    up = links.upload(tree, dev)
+    assert all(x.sharding == dev for x in jax.tree.leaves(up))
+    for a, b in zip(jax.tree.leaves(_tree()), jax.tree.leaves(up)):
+        np.testing.assert_array_equal(np.asarray(b), a)
+    # a tree of shardings (one per leaf) is accepted as jax.device_put accepts it
+    shardings = jax.tree.map(lambda _: dev, tree)
+    assert all(x.sharding == dev for x in jax.tree.leaves(links.upload(tree, shardings)))
+    assert not links.donates_stream_copy(SingleDeviceSharding(CPU))
