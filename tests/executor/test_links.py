@@ -91,3 +91,23 @@ def test_upload_and_the_host_store_by_backend():
     shardings = jax.tree.map(lambda _: dev, tree)
     assert all(x.sharding == dev for x in jax.tree.leaves(links.upload(tree, shardings)))
     assert not links.donates_stream_copy(SingleDeviceSharding(CPU))
+
+
+def test_timeline_interval_that_spans_the_steps_restart_keeps_its_length():
+    """A pipelined update launched by the last step ends inside this one: its interval begins before
+    the step's clock restarted (negative start), and busy() counts only the part inside the step."""
+    import time
+
+    from lazytrain_jax.executor.timeline import Timeline
+    tl = Timeline()
+    began = time.perf_counter()
+    time.sleep(0.02)
+    tl.start()
+    time.sleep(0.01)
+    ended = time.perf_counter()
+    tl.add_since("optimizer", "opt3", began, ended, 3)
+    (iv,) = tl.intervals
+    assert iv.start_s < 0 < iv.end_s
+    assert iv.end_s - iv.start_s == pytest.approx(ended - began)
+    assert tl.busy()["optimizer"] == pytest.approx(iv.end_s)
+    assert all(v >= 0 for v in tl.busy().values())
