@@ -229,14 +229,23 @@ def test_half_roots_never_rule_out_a_half_that_holds_a_plan_below_the_bar(num_la
 
 def test_highs_stopped_by_its_time_limit_still_returns_a_plan(monkeypatch):
     """HiGHS ended by its time limit before any solution: the union phase's plan comes back,
-    unproved (``feasible``, a gap above rel_gap), never None. (The solve's limit is made to pass
-    only inside HiGHS' runs.)"""
+    unproved (``feasible``, a gap above rel_gap), never None. Each branch-and-bound run returns what
+    HiGHS returns when its limit passes first (no solution), whatever the machine's
+    speed: a real 1 ms limit is raised to ``MIN_RUN_S``, in which a fast machine proves this instance."""
     costs, hw = _random_instance(16, 7)
     monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
     monkeypatch.setattr(milp._Solve, "expired", lambda self: False)
+    stopped = []
+
+    def out_of_time(m, rel_gap, time_limit_s, max_nodes, cutoff=None, **kw):
+        stopped.append(time_limit_s)
+        return milp.Solved(status=mip.OptimizationStatus.NO_SOLUTION_FOUND, objective_value=None,
+                           objective_bound=-math.inf, values=None)
+
+    monkeypatch.setattr(milp, "_highs_mip", out_of_time)
     stats = {}
     p = milp.solve(costs, hw, rel_gap=1e-3, time_limit_s=1e-3, stats=stats)
-    assert stats["proof"] == "highs" and stats["bb_runs"] >= 1
+    assert stats["proof"] == "highs" and stats["bb_runs"] >= 1 and stopped
     assert p is not None and p.fits() and p.solver_status == "feasible" and p.gap > 1e-3
 
 
