@@ -1,8 +1,10 @@
 """The search heuristic's incremental models equal timing.step_time / memory's peaks exactly."""
 
+import math
 import random
 import types
 
+import mip
 import pytest
 
 from lazytrain_jax.model.config import get_preset
@@ -145,8 +147,19 @@ def test_solve_reports_where_its_seconds_went():
 def test_cbc_stopped_before_its_start_still_returns_the_start(monkeypatch):
     """A time limit that strikes before CBC takes the start (a loaded machine) returns the search's
     plan as ``feasible`` with the LP's gap, not None and not a zero gap. (The solve's limit is
-    made to pass only inside CBC's run: before it, no depth pair is branched on at all.)"""
+    made to pass only inside CBC's run: before it, no depth pair is branched on at all. Each CBC
+    run returns what CBC returns then, no solution, whatever the machine's speed: a real 1 ms
+    limit is raised to ``MIN_RUN_S``, in which a fast machine may prove the instance.)"""
     monkeypatch.setattr(milp._Solve, "expired", lambda self: False)
+    stopped = []
+
+    def out_of_time(m, *args):
+        stopped.append(m.num_nz)
+        return milp.Solved(status=mip.OptimizationStatus.NO_SOLUTION_FOUND, objective_value=None,
+                           objective_bound=-math.inf, values=None)
+
+    monkeypatch.setattr(milp, "_cbc_here", out_of_time)
+    monkeypatch.setattr(milp, "_cbc_in_child", out_of_time)
     rng = random.Random(7)
     costs = _heterogeneous_costs(rng, 16)
     budget = _room_for(costs, 0.3)
@@ -156,7 +169,7 @@ def test_cbc_stopped_before_its_start_still_returns_the_start(monkeypatch):
     stats = {}
     p = milp.solve(costs, hw, time_limit_s=1e-3, stats=stats)
     assert p is not None and p.fits() and p.predicted_step_time_s <= found.predicted_step_time_s + 1e-12
-    assert stats["proof"] == "cbc" and stats["bb_runs"] >= 1  # the LPs do not prove this start
+    assert stats["proof"] == "cbc" and stats["bb_runs"] >= 1 and stopped  # the LPs do not prove this start
     assert p.solver_status == "feasible" and p.gap > 1e-2
 
 
