@@ -106,16 +106,24 @@ def fastest_path(staging_sharding, host_sharding, probe_bytes: int, repeats: int
     device = next(iter(staging_sharding.device_set))
     on_device = SingleDeviceSharding(device, memory_kind="device")
     host_np = np.ones(max(1, probe_bytes // 4), np.float32)
-    seconds = {}
+    seconds, failed = {}, {}
     for name, path in TO_HOST_PATHS.items():
         times = []
-        for r in range(repeats + 1):
-            x = jax.block_until_ready(jax.device_put(host_np, on_device))  # fresh: no cached host copy
-            t0 = clock()
-            jax.block_until_ready(path(x, staging_sharding, host_sharding))
-            if r:
-                times.append(clock() - t0)
+        try:
+            for r in range(repeats + 1):
+                x = jax.block_until_ready(jax.device_put(host_np, on_device))  # fresh: no cached host copy
+                t0 = clock()
+                y = jax.block_until_ready(path(x, staging_sharding, host_sharding))
+                if r:
+                    times.append(clock() - t0)
+            if y.sharding != host_sharding or not np.array_equal(np.asarray(y), host_np):
+                raise RuntimeError(f"landed in {y.sharding} or changed the values")
+        except Exception as e:  # noqa: BLE001 - a path this backend cannot take is no candidate
+            failed[name] = f"{type(e).__name__}: {e}"
+            continue
         seconds[name] = float(np.median(times))
+    if not seconds:
+        raise RuntimeError(f"no way from {device} to the host store works: {failed}")
     return min(seconds, key=seconds.get)
 
 

@@ -111,3 +111,20 @@ def test_timeline_interval_that_spans_the_steps_restart_keeps_its_length():
     assert iv.end_s - iv.start_s == pytest.approx(ended - began)
     assert tl.busy()["optimizer"] == pytest.approx(iv.end_s)
     assert all(v >= 0 for v in tl.busy().values())
+
+
+def test_a_path_that_fails_or_lands_elsewhere_is_no_candidate(monkeypatch):
+    def broken(x, staging, host):
+        raise NotImplementedError("this backend has no such copy")
+
+    def misplaced(x, staging, host):
+        return jax.device_put(x, staging)  # fast, but not in the host store
+
+    def good(x, staging, host):
+        return jax.device_put(x, host)
+
+    monkeypatch.setattr(links, "TO_HOST_PATHS", {"broken": broken, "misplaced": misplaced, "good": good})
+    assert links.fastest_path(STAGING, HOST, 1024, 1, clock=lambda: 0.0) == "good"
+    monkeypatch.setattr(links, "TO_HOST_PATHS", {"broken": broken, "misplaced": misplaced})
+    with pytest.raises(RuntimeError, match=r"no way from .* to the host store works: .*broken.*NotImplementedError"):
+        links.fastest_path(STAGING, HOST, 1024, 1, clock=lambda: 0.0)
