@@ -10,7 +10,8 @@ pieces) and 49-50 GB/s between the accelerator and its own ``pinned_host`` memor
 * uploads hand the accelerator a numpy view of each CPU-backend array (no host copy);
 * downloads go to the accelerator's ``pinned_host`` memory kind (a DMA). Offloaded activations and
   residuals stay there and come back the same way; gradients, which the host optimizer reads, then
-  move to the CPU backend (``to_host=True``), a view of the same host memory.
+  move to the CPU backend (``to_host=True``) by the fastest of :data:`TO_HOST_PATHS`, measured once
+  per device (:func:`to_host_path`): from ``pinned_host`` that copy ran at 1.2 GB/s on the H200.
 
 A numpy view of a CPU-backend array holds a reference to its buffer for the array's lifetime, so on
 an accelerator the host optimizer does not donate the old streaming copy (``donates_stream_copy``).
@@ -24,6 +25,14 @@ import time
 import jax
 import numpy as np
 from jax.sharding import SingleDeviceSharding
+
+
+def host_store(device) -> SingleDeviceSharding:
+    """Where the host store lives for a run on ``device``: the CPU device's ``pinned_host`` memory
+    kind on the CPU backend (so uploads and downloads are real copies between memory kinds, as on an
+    accelerator), the CPU backend's own memory elsewhere."""
+    cpu = jax.devices("cpu")[0]
+    return SingleDeviceSharding(cpu, memory_kind="pinned_host") if device.platform == "cpu" else SingleDeviceSharding(cpu)
 
 
 def staging(device) -> SingleDeviceSharding | None:
@@ -126,10 +135,3 @@ def fastest_path(staging_sharding, host_sharding, probe_bytes: int, repeats: int
         raise RuntimeError(f"no way from {device} to the host store works: {failed}")
     return min(seconds, key=seconds.get)
 
-
-def host_store(device) -> SingleDeviceSharding:
-    """Where the host store lives for a run on ``device``: the CPU device's ``pinned_host`` memory
-    kind on the CPU backend (so uploads and downloads are real copies between memory kinds, as on an
-    accelerator), the CPU backend's own memory elsewhere."""
-    cpu = jax.devices("cpu")[0]
-    return SingleDeviceSharding(cpu, memory_kind="pinned_host") if device.platform == "cpu" else SingleDeviceSharding(cpu)

@@ -327,7 +327,6 @@ def _measured_rates(cfg, stream_dtype, offload_dir, repeats, link_bytes, disk_by
            None if link_bytes is None else int(link_bytes), disk_bytes)
     if key not in _RATES_CACHE or not cached:
         dtype = jnp.dtype(stream_dtype)
-        from jax.sharding import SingleDeviceSharding
         host = links.host_store(device)
         if link_bytes is None:  # the largest layer's weights, leaf by leaf as the engine streams them
             kind = max(sorted(set(cfg.layer_kinds)), key=cfg.layer_num_params)
