@@ -89,11 +89,18 @@ def best_heuristic(costs: Costs, hardware: Hardware) -> Plan | None:
     return min(fitting, key=lambda p: p.predicted_step_time_s, default=None)
 
 
+_NOT_GIVEN = object()
+
+
 def plan_for_costs(costs: Costs, hardware: Hardware, cutoff: float | None = None, stats: dict | None = None,
-                   **solver_kw) -> Plan | None:
+                   heuristic=_NOT_GIVEN, **solver_kw) -> Plan | None:
     """The MILP plan for fixed Costs, warm-started from the best fitting heuristic (None if none fits,
-    or none beats ``cutoff``). ``stats``: ``milp.solve``'s (its ``bound`` among them)."""
-    warm = best_heuristic(costs, hardware) or fitting_start(costs, hardware, **solver_kw)
+    or none beats ``cutoff``). ``stats``: ``milp.solve``'s (its ``bound`` among them).
+    ``heuristic``: ``best_heuristic(costs, hardware)`` where the caller has it already (None: none
+    fits), so it is not computed twice."""
+    if heuristic is _NOT_GIVEN:
+        heuristic = best_heuristic(costs, hardware)
+    warm = heuristic or fitting_start(costs, hardware, **solver_kw)
     if warm is not None and cutoff is not None and warm.predicted_step_time_s >= cutoff:
         warm = None
     solved = milp.solve(costs, hardware, warm_start=warm, cutoff=cutoff, stats=stats, **solver_kw)
@@ -157,8 +164,10 @@ def best_over_micro_batches(candidates, **solver_kw) -> Plan | None:
         tokens = costs.batch_size * costs.seq_len
         ideal = timing.step_time(costs, hardware, ideal_plan(costs, hardware)) / tokens
         open_.append([ideal, m, i, False, costs, hardware, tokens])
-    # prune with an upper bound (the best fitting heuristic's time per token)
-    upper = min((h.predicted_step_time_s / c[6] for c in open_ if (h := best_heuristic(c[4], c[5]))),
+    # prune with an upper bound (the best fitting heuristic's time per token); the heuristics are
+    # kept for the solves' warm starts (plan_for_costs would compute each again)
+    heuristics_of = {c[2]: best_heuristic(c[4], c[5]) for c in open_}
+    upper = min((h.predicted_step_time_s / c[6] for c in open_ if (h := heuristics_of[c[2]])),
                 default=float("inf"))
     open_ = [c for c in open_ if c[0] < upper * (1 + 1e-9)]
     refine = len(open_) > 1  # a lone candidate needs no LP to be ordered
@@ -175,7 +184,7 @@ def best_over_micro_batches(candidates, **solver_kw) -> Plan | None:
             continue
         stats = {}
         solved = plan_for_costs(costs, hardware, cutoff=best_tpt * tokens if best is not None else None,
-                                stats=stats, **solver_kw)
+                                stats=stats, heuristic=heuristics_of[c[2]], **solver_kw)
         if solved is None:  # nothing beats the cutoff: the solve's bound (at least the cutoff's, less rel_gap)
             closed.append(max(bound, stats.get("bound", -math.inf) / tokens))
             continue

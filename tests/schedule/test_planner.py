@@ -361,6 +361,33 @@ def test_best_first_over_batches_within_its_gap_of_every_candidate_solved():
     assert len(solved) < len(candidates) and (best.batch_size, best.num_micro_batches) in solved
 
 
+def test_best_first_computes_each_candidates_heuristic_once(monkeypatch):
+    """The best fitting heuristic of each candidate is computed once: for the upper bound, and
+    handed to the solves as their warm start (same plan as each solve computing its own)."""
+    from lazytrain_jax.schedule import api
+    cfg = get_preset("qwen2.5-0.5b", num_layers=6)
+    hw = Hardware.preset("rtx3090", device_memory=6e9, host_memory=4e9)
+    candidates = [(m, api._costs_for(cfg, hw, b, 512, m, "bfloat16"), hw)
+                  for b in (4, 8, 16) for m in api.micro_batch_candidates(b)]
+    before = api.best_over_micro_batches(candidates, rel_gap=1e-2)
+    calls = []
+    best_heuristic = api.best_heuristic
+
+    def counted(costs, hardware):
+        calls.append((costs.batch_size, costs.num_micro_batches))
+        return best_heuristic(costs, hardware)
+
+    monkeypatch.setattr(api, "best_heuristic", counted)
+    best = api.best_over_micro_batches(candidates, rel_gap=1e-2)
+    assert len(calls) == len(set(calls)) == sum(api._constants_fit(c, h) for _, c, h in candidates) > 1
+    assert (best.boundary_tiers, best.keep_residuals, best.batch_size, best.num_micro_batches,
+            best.predicted_step_time_s) == (before.boundary_tiers, before.keep_residuals, before.batch_size,
+                                            before.num_micro_batches, before.predicted_step_time_s)
+    calls.clear()
+    api.plan_for_costs(candidates[0][1], hw)  # on its own, a solve computes its heuristic itself
+    assert len(calls) == 1
+
+
 def test_spaced_checkpoints_fit_where_the_greedy_search_finds_nothing():
     """Qwen3.6-27B on an H800 at 392 sequences in 56 micro-batches: 4 GB boundaries, 15 GB of host
     memory and 32 GB of NVMe. Only boundaries every 7 layers, on NVMe and the host, fit the device;
