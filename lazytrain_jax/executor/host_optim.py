@@ -19,7 +19,6 @@ import optax
 from jax.sharding import SingleDeviceSharding
 
 from lazytrain_jax import optim as lt_optim
-from lazytrain_jax.executor import links
 from lazytrain_jax.optim import layerwise
 
 UNIT_KEYS = ("embed", "layers", "head")
@@ -98,8 +97,7 @@ def _fused_step(host_sharding, block_size: int, copy_dtype, decay_filter, impl: 
         return lt_optim.fused_layer_step(master, grads, moments, info, hp, block_size=block_size,
                                          copy_dtype=copy_dtype, decay_filter=decay_filter, impl=impl, copy=copy)
 
-    # the old streaming copy is donated only where no upload holds a numpy view of it (links.py)
-    return host_jit(step, host_sharding, donate_argnums=(0, 2, 5) if links.donates_stream_copy(host_sharding) else (0, 2))
+    return host_jit(step, host_sharding, donate_argnums=(0, 2, 5))
 
 
 class UnitAdamW8bit:

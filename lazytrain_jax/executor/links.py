@@ -13,8 +13,12 @@ pieces) and 49-50 GB/s between the accelerator and its own ``pinned_host`` memor
   move to the CPU backend (``to_host=True``) by the fastest of :data:`TO_HOST_PATHS`, measured once
   per device (:func:`to_host_path`): from ``pinned_host`` that copy ran at 1.2 GB/s on the H200.
 
-A numpy view of a CPU-backend array holds a reference to its buffer for the array's lifetime, so on
-an accelerator the host optimizer does not donate the old streaming copy (``donates_stream_copy``).
+The host optimizer donates the old streaming copy to the update that writes the new one (a fresh
+buffer is page-faulted in on every step). While a numpy view of an array lives, JAX does not donate
+that array: it computes into a fresh buffer and the view stays intact (jax 0.10.2 and 0.11.2,
+tested in ``tests/executor/test_links.py``). The uploads' views are dropped once the copy is done,
+so the donation works again (with jax 0.11.2 a bf16 array once viewed stays undonated: the update
+then writes a fresh copy, as without donation).
 """
 
 from __future__ import annotations
@@ -42,12 +46,6 @@ def staging(device) -> SingleDeviceSharding | None:
         return None
     kinds = {m.kind for m in device.addressable_memories()} if hasattr(device, "addressable_memories") else set()
     return SingleDeviceSharding(device, memory_kind="pinned_host") if "pinned_host" in kinds else None
-
-
-def donates_stream_copy(host_sharding) -> bool:
-    """Whether the host optimizer may donate the old streaming copy: only where uploads take no
-    numpy view of it (the CPU backend, whose host store is the ``pinned_host`` memory kind)."""
-    return host_sharding.memory_kind == "pinned_host"
 
 
 def _cpu_backend_array(x) -> bool:

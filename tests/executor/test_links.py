@@ -80,7 +80,7 @@ def test_to_host_path_override_and_its_bad_value(monkeypatch):
 def test_upload_and_the_host_store_by_backend():
     dev = SingleDeviceSharding(CPU, memory_kind="device")
     host = links.host_store(CPU)
-    assert host.memory_kind == "pinned_host" and links.donates_stream_copy(host)
+    assert host.memory_kind == "pinned_host"
     assert links.staging(CPU) is None  # the CPU backend downloads straight into its host store
     tree = jax.device_put(_tree(), host)
     up = links.upload(tree, dev)
@@ -90,7 +90,26 @@ def test_upload_and_the_host_store_by_backend():
     # a tree of shardings (one per leaf) is accepted as jax.device_put accepts it
     shardings = jax.tree.map(lambda _: dev, tree)
     assert all(x.sharding == dev for x in jax.tree.leaves(links.upload(tree, shardings)))
-    assert not links.donates_stream_copy(SingleDeviceSharding(CPU))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jax.numpy.bfloat16])
+def test_a_numpy_view_blocks_donation_and_stays_intact(dtype):
+    """What the uploads' numpy views rely on: while a view of a CPU-backend array lives, a jit that
+    donates the array computes into a fresh buffer and the view keeps its values; with no view
+    taken the donation reuses the buffer."""
+    double = jax.jit(lambda a: a * 2, donate_argnums=0)
+    values = np.arange(1 << 16).astype(dtype)
+    x = jax.device_put(values, SingleDeviceSharding(CPU))
+    view = np.asarray(x)
+    assert view.ctypes.data == x.unsafe_buffer_pointer()  # a view, not a copy
+    y = jax.block_until_ready(double(x))
+    assert y.unsafe_buffer_pointer() != view.ctypes.data
+    np.testing.assert_array_equal(view, values)
+    np.testing.assert_array_equal(np.asarray(y), values * 2)
+    z = jax.device_put(values, SingleDeviceSharding(CPU))
+    buffer = z.unsafe_buffer_pointer()
+    w = jax.block_until_ready(double(z))
+    assert z.is_deleted() and w.unsafe_buffer_pointer() == buffer
 
 
 def test_timeline_interval_that_spans_the_steps_restart_keeps_its_length():
