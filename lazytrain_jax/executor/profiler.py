@@ -240,6 +240,61 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int, cold
     return cfg.layer_num_params(kind) / float(np.median(seconds[2:]))
 
 
+FP32_STATE_PROBE_PARAMS = 16 << 20  # elements of the fp32-state update's probe (whole embedding rows)
+
+
+def _measure_fp32_state_rate(cfg, host_sharding, stream_dtype, repeats: int) -> float:
+    """Parameters per second of the per-unit update of a tensor whose Adam state stays fp32 under
+    ``adamw_8bit``'s default policy (the embedding's and an LM head's: the XLA path, not the native
+    kernel), timed as the engine runs unit 0 on an embedding of at most
+    ``FP32_STATE_PROBE_PARAMS`` elements (whole rows), after two untimed calls."""
+    from lazytrain_jax import optim
+    from lazytrain_jax.executor import host_optim
+    rows = max(1, min(cfg.vocab_size, FP32_STATE_PROBE_PARAMS // cfg.hidden_size))
+    master = {"embed_tokens": {"weight": jax.device_put(np.full((rows, cfg.hidden_size), 0.01, np.float32),
+                                                        host_sharding)}}
+    opt = host_optim.UnitAdamW8bit(optim.hyperparams_of(optim.adamw_8bit(1e-5, max_grad_norm=1.0)),
+                                   host_sharding, 0, jnp.dtype(stream_dtype))
+    grads = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 1e-3, np.float32), host_sharding), master)
+    holder = {"m": master, "copy": None}
+    seconds = []
+    for _ in range(repeats + 2):
+        state = opt.init({"embed": holder["m"], "layers": [], "head": {}})
+        info, hp, _, _ = opt.begin(state, 1.0)
+        t0 = time.perf_counter()
+        new, copy, _ = opt.update_unit(state, 0, holder["m"], grads, info, hp, holder["copy"])
+        jax.block_until_ready(copy)
+        seconds.append(time.perf_counter() - t0)
+        holder["m"], holder["copy"] = new, copy
+    return rows * cfg.hidden_size / float(np.median(seconds[2:]))
+
+
+def fp32_state_params(cfg, unit_kind: str) -> int:
+    """Parameters of one ``unit_kind`` unit whose Adam state stays fp32 under ``adamw_8bit``'s
+    default policy (``optim.policy.leaf_state_format``; the embedding, an LM head, norms, biases and
+    tensors under ``min_8bit_size`` elements)."""
+    from lazytrain_jax.optim import config as opt_config, policy
+    key = "embed" if unit_kind == "embed" else "head" if unit_kind == "head" else "layers"
+    tree = {key: get_units(cfg).abstract_params(unit_kind)}
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return sum(int(np.prod(a.shape)) for path, a in leaves
+               if policy.leaf_state_format(path, a, state_format="dynamic8",
+                                           min_8bit_size=opt_config.DEFAULT_MIN_8BIT_SIZE,
+                                           fp32_state_filter=policy.default_fp32_state_filter) == "fp32")
+
+
+def optimizer_params(costs: Costs, cfg, host_opt_rate: float, fp32_state_rate: float) -> tuple:
+    """``Costs.opt_params`` for measured rates: the embedding's and head's fp32-state parameters
+    weighed by ``host_opt_rate / fp32_state_rate``; a layer as it is (``host_opt_rate`` is timed
+    on a whole layer, its small fp32-state tensors included)."""
+    ratio = host_opt_rate / fp32_state_rate
+    out = list(map(float, costs.num_params))
+    for u, kind in ((0, "embed"), (len(out) - 1, "head")):
+        n32 = fp32_state_params(cfg, kind)
+        out[u] = costs.num_params[u] - n32 + n32 * ratio
+    return tuple(out)
+
+
 def measured_costs(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches: int = 1,
                    stream_dtype: str = "bfloat16", repeats: int = 3, cached: bool = True) -> Costs:
     """The Costs of ``profile`` alone (no link, disk or optimizer measurement): per layer kind the
@@ -313,7 +368,9 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
                        offload_dir=offload_dir)
     costs = measured_costs(cfg, batch_size, seq_len, num_micro_batches=num_micro_batches, stream_dtype=stream_dtype,
                            repeats=repeats, cached=cached)
-    rates = _measured_rates(cfg, stream_dtype, offload_dir, repeats, link_bytes, disk_bytes, cached)
+    rates = dict(_measured_rates(cfg, stream_dtype, offload_dir, repeats, link_bytes, disk_bytes, cached))
+    fp32_rate = rates.pop("fp32_state_rate")
+    costs = dataclasses.replace(costs, opt_params=optimizer_params(costs, cfg, rates["host_opt_rate"], fp32_rate))
     flops = sum(2.0 * cfg.layer_num_params(k) * batch_size * seq_len for k in cfg.layer_kinds)
     achieved = flops / max(sum(costs.fwd_time[1:-1]), 1e-12)
     return costs, Hardware(name="measured", device_margin=0.0, device_flops=achieved, **room, **rates)
@@ -334,8 +391,9 @@ def _measured_rates(cfg, stream_dtype, offload_dir, repeats, link_bytes, disk_by
         h2d, d2h = _measure_link(device, host, link_bytes, repeats)
         nvme_read, nvme_write = _measure_disk(offload_dir, disk_bytes)
         opt_rate = _measure_host_optimizer(cfg, host, stream_dtype, repeats)
+        fp32_rate = _measure_fp32_state_rate(cfg, host, stream_dtype, repeats)
         _RATES_CACHE[key] = dict(h2d_bw=h2d, d2h_bw=d2h, nvme_read_bw=nvme_read, nvme_write_bw=nvme_write,
-                                 host_opt_rate=opt_rate)
+                                 host_opt_rate=opt_rate, fp32_state_rate=fp32_rate)
     return _RATES_CACHE[key]
 
 

@@ -51,12 +51,12 @@ def lower_bound(costs, hardware, plan=None) -> dict[str, float]:
         bwd_up += res_host
     bwd_down = sum(g[:-1])
     nvme_read = sum(a[i] for i, t in enumerate(tiers) if t == "nvme")
-    total_opt = sum(costs.num_params) / hardware.host_opt_rate
+    total_opt = sum(costs.optimizer_params) / hardware.host_opt_rate
     forward = max(fwd_compute, fwd_up / hardware.h2d_bw, fwd_down / hardware.d2h_bw,
                   nvme_read / hardware.nvme_write_bw)
     backward = max(bwd_compute, bwd_up / hardware.h2d_bw, (bwd_down + g[-1]) / hardware.d2h_bw,
                    nvme_read / hardware.nvme_read_bw)
     upload0 = w[0] / hardware.h2d_bw
-    tail = (costs.num_params[0] / hardware.host_opt_rate + upload0 if mode == "pipelined" else total_opt + upload0)
+    tail = (costs.optimizer_params[0] / hardware.host_opt_rate + upload0 if mode == "pipelined" else total_opt + upload0)
     total = backward + max(forward + tail, total_opt)
     return dict(forward=forward, backward=backward, tail=tail, optimizer=total_opt, total=total)

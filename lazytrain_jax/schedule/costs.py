@@ -87,6 +87,11 @@ class Costs:
       stream_dtype: dtype of streamed weights and activations (``bfloat16`` | ``float32``).
       head_workspace_bytes: device bytes of the head/loss window (weights, gradient, logits chunk).
       source: ``analytic`` | ``measured``.
+      opt_params: per unit, the host optimizer's work in parameters at ``Hardware.host_opt_rate``
+        (None: ``num_params``). ``lt.profile`` weighs the embedding's and head's tensors whose Adam
+        state stays fp32 (``adamw_8bit``'s default ``fp32_state_filter``: they take the XLA path,
+        not the native kernel) by the measured ratio of the two rates. Read it as
+        :attr:`optimizer_params`.
 
     Example:
       >>> c = analytic_costs(get_preset("qwen2.5-7b"), batch_size=8, seq_len=1024, device_flops=4e14)
@@ -114,10 +119,19 @@ class Costs:
     workspace_bytes: tuple[float, ...]
     head_workspace_bytes: float
     source: str = "analytic"
+    opt_params: tuple[float, ...] | None = None
 
     def __post_init__(self):
         for name in _UNIT_LISTS + _LAYER_LISTS + ("boundary_bytes",):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.opt_params is not None:
+            object.__setattr__(self, "opt_params", tuple(float(x) for x in self.opt_params))
+            if len(self.opt_params) != len(self.unit_names):
+                raise ValueError(f"Costs.opt_params has {len(self.opt_params)} entries; expected "
+                                 f"{len(self.unit_names)} (one per unit)")
+            for i, value in enumerate(self.opt_params):
+                if not value >= 0:
+                    raise ValueError(f"Costs.opt_params[{i}]={value!r} must be >= 0")
         for name in ("batch_size", "seq_len", "num_micro_batches"):
             check_positive_int(f"Costs.{name}", getattr(self, name))
         if self.batch_size % self.num_micro_batches:
@@ -150,6 +164,12 @@ class Costs:
     @property
     def num_layers(self) -> int:
         return len(self.unit_names) - 2
+
+    @property
+    def optimizer_params(self) -> tuple:
+        """Per unit, the host optimizer's work in parameters at ``Hardware.host_opt_rate``
+        (``opt_params``, else ``num_params``): a unit's update takes this / host_opt_rate seconds."""
+        return self.opt_params if self.opt_params is not None else self.num_params
 
     @property
     def micro_batch_size(self) -> int:

@@ -294,6 +294,8 @@ def _json_type_ok(annotation: str, value: Any) -> bool:
         return item[annotation](value)
     if annotation == "float | None":
         return value is None or number(value)
+    if annotation.endswith(" | None"):
+        return value is None or _json_type_ok(annotation[:-len(" | None")], value)
     if annotation.startswith("tuple[") and annotation.endswith(", ...]"):
         check = item[annotation[len("tuple["):-len(", ...]")]]
         return isinstance(value, (list, tuple)) and all(check(x) for x in value)
@@ -305,7 +307,8 @@ def _json_type_ok(annotation: str, value: Any) -> bool:
 _JSON_NAMES = {"str": "a string", "bool": "true or false", "int": "an integer", "float": "a finite number",
                "float | None": "a finite number or null", "tuple[str, ...]": "a list of strings",
                "tuple[bool, ...]": "a list of true/false", "tuple[int, ...]": "a list of integers",
-               "tuple[float, ...]": "a list of finite numbers", "Costs": "an object", "Hardware": "an object"}
+               "tuple[float, ...]": "a list of finite numbers", "tuple[float, ...] | None": "a list of finite numbers or null",
+               "Costs": "an object", "Hardware": "an object"}
 
 
 def check_json_fields(cls, d: Any, where: str) -> None:

@@ -261,7 +261,7 @@ def transfers(costs, plan, seq: Sequence[Item] | None = None) -> list[Transfer]:
         if it.opt_unit is not None:
             w = 0 if plan.optimizer_mode == "serial" else max(0, j - d - 1)
             out.append(Transfer(channel="optimizer", kind="update", item=j, ref=it.opt_unit,
-                                amount=float(costs.num_params[it.opt_unit]), release=0, deadline=w))
+                                amount=float(costs.optimizer_params[it.opt_unit]), release=0, deadline=w))
     out.sort(key=lambda t: (t.release, t.deadline, t.item))
     return out
 

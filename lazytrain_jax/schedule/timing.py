@@ -21,7 +21,7 @@ __all__ = ["CHANNELS", "Item", "Transfer", "Window", "channel_busy", "items", "s
 
 def unit_opt_time(costs, hardware, unit: int) -> float:
     """Seconds of the host optimizer's update of unit ``unit`` (index into ``Costs.unit_names``)."""
-    return costs.num_params[unit] / hardware.host_opt_rate
+    return costs.optimizer_params[unit] / hardware.host_opt_rate
 
 
 def channel_busy(wins: Sequence[Window]) -> dict[str, float]:

@@ -1,5 +1,7 @@
 """lt.profile and lt.plan(hardware="measure"): measured costs, rates and a plan the engine runs."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -21,7 +23,11 @@ def test_profile_measures_and_plans_for_this_machine():
     assert costs.residual_bytes == ref.residual_bytes and costs.weight_bytes == ref.weight_bytes
     again = lt.profile(model, 4, 16, num_micro_batches=2, stream_dtype="float32", device_memory=5e6,
                        repeats=1, link_bytes=1 << 20, disk_bytes=1 << 20)
-    assert again[0] is costs                                    # cached per (model, shapes, backend)
+    assert again[0] == costs                 # cached per (model, shapes, backend): the same measured figures
+    # the host optimizer's work per unit: the embedding's and head's fp32-state tensors weighed by
+    # their own measured rate (the layers as timed)
+    assert costs.opt_params is not None and costs.optimizer_params[1:-1] == tuple(map(float, costs.num_params[1:-1]))
+    assert costs.optimizer_params[0] > 0 and costs.optimizer_params[-1] > 0
     other_costs, other = lt.profile(model, 2, 16, stream_dtype="float32", device_memory=5e6, repeats=1,
                                     link_bytes=1 << 20, disk_bytes=1 << 20)
     assert other_costs.batch_size == 2 and other_costs.fwd_time != costs.fwd_time
@@ -150,3 +156,37 @@ def test_optimizer_measurement_evicts_the_caches_only_where_a_step_would(monkeyp
     monkeypatch.setattr(profiler, "EVICT_MAX_BYTES", 1 << 19)
     profiler._cache_evictor(1 << 30)
     assert allocated[-1] == 1 << 19
+
+
+def test_optimizer_params_weigh_the_fp32_state_tensors_by_their_rate():
+    """``profiler.optimizer_params``: the embedding's and head's tensors with fp32 Adam state (the
+    default policy's embeddings, LM head, norms, biases) count rate / fp32 rate times; 8-bit ones
+    and whole layers count once. The timing model then gives the unit that many parameters'
+    time at ``host_opt_rate``."""
+    from lazytrain_jax.executor import profiler
+    from lazytrain_jax.model.config import get_preset
+    from lazytrain_jax.schedule import timing
+    from lazytrain_jax.schedule.costs import analytic_costs
+    from lazytrain_jax.schedule.hardware import Hardware
+    for name in ("qwen2.5-0.5b", "llama3-8b"):  # tied (head: a norm) and untied (head: lm_head + norm)
+        cfg = get_preset(name, num_layers=2)
+        costs = analytic_costs(cfg, batch_size=2, seq_len=64, device_flops=1e14)
+        n32_embed, n32_head = profiler.fp32_state_params(cfg, "embed"), profiler.fp32_state_params(cfg, "head")
+        assert n32_embed == costs.num_params[0]  # the whole table keeps fp32 state
+        assert n32_head == costs.num_params[-1]  # lm_head (untied) and the final norm
+        n32_layer = profiler.fp32_state_params(cfg, cfg.layer_kinds[0])
+        assert 0 < n32_layer < costs.num_params[1] // 100  # norms (and biases): a sliver of a layer
+        weighed = profiler.optimizer_params(costs, cfg, host_opt_rate=3e9, fp32_state_rate=1e9)
+        assert weighed[0] == pytest.approx(3 * costs.num_params[0]) and weighed[-1] == pytest.approx(3 * costs.num_params[-1])
+        assert weighed[1:-1] == tuple(map(float, costs.num_params[1:-1]))
+        hw = Hardware(device_memory=80e9, h2d_bw=1e10, d2h_bw=1e10, device_flops=1e14, host_opt_rate=3e9)
+        c2 = dataclasses.replace(costs, opt_params=weighed)
+        assert timing.unit_opt_time(c2, hw, 0) == pytest.approx(costs.num_params[0] / 1e9)
+        assert timing.unit_opt_time(c2, hw, 1) == pytest.approx(costs.num_params[1] / 3e9)
+        assert type(costs).from_dict(c2.to_dict()) == c2 and type(costs).from_dict(costs.to_dict()).opt_params is None
+        plan = lt.Plan.create(c2, hw, name="x", boundary_tiers=["device"] * 3)
+        assert lt.Plan.from_json(plan.to_json()).costs.opt_params == c2.opt_params
+    with pytest.raises(ValueError, match=r"Costs.opt_params has 2 entries; expected 4"):
+        dataclasses.replace(costs, opt_params=[1.0, 2.0])
+    with pytest.raises(ValueError, match=r"Costs.opt_params\[1\]=-1.0 must be >= 0"):
+        dataclasses.replace(costs, opt_params=[1.0, -1.0, 1.0, 1.0])

@@ -1,5 +1,6 @@
 """The search heuristic's incremental models equal timing.step_time / memory's peaks exactly."""
 
+import dataclasses
 import math
 import random
 import types
@@ -43,6 +44,10 @@ def test_incremental_models_equal_timing_and_memory(num_layers, shared):
     hw = Hardware.preset("h800", device_memory=70e9, **(dict(host_shares_device=True, host_opt_rate=1e9) if shared else {}))
     costs = analytic_costs(get_preset("dense-27b", num_layers=num_layers), batch_size=8, seq_len=1024,
                            device_flops=hw.device_flops, num_micro_batches=2)
+    if num_layers == 9:  # as lt.profile measures them: the embedding's and head's updates weighed apart
+        opt = list(map(float, costs.num_params))
+        opt[0], opt[-1] = 3.0 * opt[0], 2.5 * opt[-1]
+        costs = dataclasses.replace(costs, opt_params=opt)
     fm = search.FastModel(costs, hw, max_segment_length=num_layers, max_resident_tail=num_layers)
     rng = random.Random(num_layers)
     L = num_layers
