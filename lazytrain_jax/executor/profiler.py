@@ -240,14 +240,15 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int, cold
     return cfg.layer_num_params(kind) / float(np.median(seconds[2:]))
 
 
-FP32_STATE_PROBE_PARAMS = 16 << 20  # elements of the fp32-state update's probe (whole embedding rows)
+FP32_STATE_PROBE_PARAMS = 64 << 20  # elements of the fp32-state update's probe (whole embedding rows)
 
 
 def _measure_fp32_state_rate(cfg, host_sharding, stream_dtype, repeats: int) -> float:
     """Parameters per second of the per-unit update of a tensor whose Adam state stays fp32 under
     ``adamw_8bit``'s default policy (the embedding's and an LM head's: the XLA path, not the native
     kernel), timed as the engine runs unit 0 on an embedding of at most
-    ``FP32_STATE_PROBE_PARAMS`` elements (whole rows), after two untimed calls."""
+    ``FP32_STATE_PROBE_PARAMS`` elements (whole rows), after two untimed calls, each timed call
+    with its buffers out of the caches where the model's optimizer traffic exceeds them."""
     from lazytrain_jax import optim
     from lazytrain_jax.executor import host_optim
     rows = max(1, min(cfg.vocab_size, FP32_STATE_PROBE_PARAMS // cfg.hidden_size))
@@ -257,10 +258,14 @@ def _measure_fp32_state_rate(cfg, host_sharding, stream_dtype, repeats: int) -> 
                                    host_sharding, 0, jnp.dtype(stream_dtype))
     grads = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 1e-3, np.float32), host_sharding), master)
     holder = {"m": master, "copy": None}
+    # out of the caches as in a step, like the layer's timing (_measure_host_optimizer)
+    per_param = 4 + 4 + 8 + jnp.dtype(stream_dtype).itemsize  # master, gradient, two fp32 moments, copy
+    evict = _cache_evictor(cfg.num_params() * per_param)
     seconds = []
     for _ in range(repeats + 2):
         state = opt.init({"embed": holder["m"], "layers": [], "head": {}})
         info, hp, _, _ = opt.begin(state, 1.0)
+        evict()
         t0 = time.perf_counter()
         new, copy, _ = opt.update_unit(state, 0, holder["m"], grads, info, hp, holder["copy"])
         jax.block_until_ready(copy)
