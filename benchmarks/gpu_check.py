@@ -68,6 +68,12 @@ def main():
           f"host optimizer {hw.host_opt_rate / 1e9:.2f} G params/s, achieved {hw.device_flops / 1e12:.0f} TFLOP/s "
           f"(layer fwd); device peak_bytes_in_use so far {device_stat(dev, 'peak_bytes_in_use') / 1e9:.2f} GB",
           flush=True)
+    from lazytrain_jax.executor import links
+    staging = links.staging(dev)
+    way = links.to_host_path(staging, links.host_store(dev)) if staging is not None else "direct (no staging)"
+    print(f"gradients to the host store by: {way}; the embedding's update counts as "
+          f"{costs.optimizer_params[0] / 1e6:.0f}M of its {costs.num_params[0] / 1e6:.0f}M parameters "
+          f"(fp32 Adam state, timed apart)", flush=True)
     L = model.config.num_layers
     tx = lt.optim.adamw_8bit(1e-5, weight_decay=0.01, max_grad_norm=1.0)
     all_dev = Plan.create(costs, hw, name="all-device", boundary_tiers=["device"] * (L + 1),
