@@ -300,12 +300,32 @@ def optimizer_params(costs: Costs, cfg, host_opt_rate: float, fp32_state_rate: f
     return tuple(out)
 
 
+def _measure_embed_backward(cfg, batch_size: int, seq_len: int, num_micro_batches: int, stream_dtype: str,
+                            repeats: int) -> float:
+    """Seconds of the engine's BE item: the boundary-0 gradients of every micro-batch scatter-added
+    into the fp32 embedding table on the host (``run._embed_grad_fn``), a tied head's gradient
+    added, at the run's shapes (the engine waits for it at the end of the backward)."""
+    from lazytrain_jax.executor.run import _embed_grad_fn
+    host = links.host_store(jax.devices()[0])
+    grad_dtype = np.float32 if stream_dtype == "float32" else jnp.bfloat16  # as measured_costs' Costs
+    micro = batch_size // num_micro_batches
+    rng = np.random.default_rng(2)
+    put = functools.partial(jax.device_put, device=host)
+    master = jax.tree.map(lambda a: put(np.full(a.shape, 0.01, np.float32)), get_units(cfg).abstract_params("embed"))
+    ids = put(rng.integers(0, cfg.vocab_size, (batch_size, seq_len)).astype(np.int32))
+    g0 = [put(np.full((micro, seq_len, cfg.hidden_size), 1e-3, grad_dtype)) for _ in range(num_micro_batches)]
+    tied = put(np.full((cfg.vocab_size, cfg.hidden_size), 1e-3, np.float32)) if cfg.tie_word_embeddings else None
+    fn = _embed_grad_fn(cfg, host)
+    return median_seconds(lambda: fn(master, ids, g0, tied), repeats)
+
+
 def measured_costs(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches: int = 1,
                    stream_dtype: str = "bfloat16", repeats: int = 3, cached: bool = True) -> Costs:
     """The Costs of ``profile`` alone (no link, disk or optimizer measurement): per layer kind the
     forward, the backward from kept residuals and the backward with in-layer recompute, timed on
-    one micro-batch on the default device and multiplied by the micro-batch count, and the head's
-    forward+backward; every byte figure from the real units (``unit_costs``). Cached per (model
+    one micro-batch on the default device and multiplied by the micro-batch count, the head's
+    forward+backward, and the embedding's backward on the host (``bwd_time[0]``: the engine's BE
+    item); every byte figure from the real units (``unit_costs``). Cached per (model
     shape, shapes, dtype, backend, repeats); ``cached=False`` measures again."""
     cfg = getattr(model_or_config, "config", model_or_config)
     device = jax.devices()[0]
@@ -318,7 +338,8 @@ def measured_costs(model_or_config, batch_size: int, seq_len: int, *, num_micro_
         kinds = cfg.layer_kinds
         times = unit_costs(cfg, batch_size=batch_size, seq_len=seq_len, num_micro_batches=M, stream_dtype=stream_dtype)
         fwd = [0.0] + [per_kind[k][0] * M for k in kinds] + [head]
-        bwd = [0.0] + [per_kind[k][1] * M for k in kinds] + [0.0]
+        embed_bwd = _measure_embed_backward(cfg, batch_size, seq_len, M, stream_dtype, repeats)
+        bwd = [embed_bwd] + [per_kind[k][1] * M for k in kinds] + [0.0]
         bwd_rc = [0.0] + [per_kind[k][2] * M for k in kinds] + [0.0]
         _COSTS_CACHE[key] = dataclasses.replace(times, fwd_time=tuple(fwd), bwd_time=tuple(bwd),
                                                 bwd_recompute_time=tuple(bwd_rc), source="measured")

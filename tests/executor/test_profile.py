@@ -18,6 +18,7 @@ def test_profile_measures_and_plans_for_this_machine():
     for name in ("h2d_bw", "d2h_bw", "nvme_read_bw", "nvme_write_bw", "host_opt_rate", "device_flops"):
         assert np.isfinite(getattr(hw, name)) and getattr(hw, name) > 0, name
     assert all(t > 0 for t in costs.fwd_time[1:]) and all(t > 0 for t in costs.bwd_recompute_time[1:-1])
+    assert costs.bwd_time[0] > 0  # the embedding's backward on the host (the engine's BE item), timed
     # the byte figures are the units' real arrays (same as unit_costs), the times measured
     ref = unit_costs(model, batch_size=4, seq_len=16, num_micro_batches=2, stream_dtype="float32")
     assert costs.residual_bytes == ref.residual_bytes and costs.weight_bytes == ref.weight_bytes
