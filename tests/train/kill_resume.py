@@ -65,18 +65,32 @@ def resumed_from(text: str) -> int:
     return 0
 
 
+def latest_checkpoint(ckpt_dir: str) -> int:
+    """The step of the newest complete checkpoint in ``ckpt_dir`` (0: none)."""
+    names = os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []
+    return max((int(n.split("_")[1]) for n in names if n.startswith("step_")), default=0)
+
+
 def chain(env, workdir: str, num_kills: int, rng: random.Random) -> list[dict]:
-    """One run killed ``num_kills`` times at random steps (random delay: mid-step or mid-write), each
-    time resumed, then finished. Returns one row per kill."""
+    """One run killed up to ``num_kills`` times at random steps (random delay: mid-step or
+    mid-write), each time resumed, then finished. Returns one row per kill, then the final run's.
+
+    Each kill follows a step the resumed run will print: one after its newest checkpoint (a kill
+    that lands after a checkpoint's write resumes from that step, which is then never printed
+    again), leaving a step for each kill still to come. Fewer kills happen only where one landed
+    more than a step past its mark."""
     ckpt_dir, out = os.path.join(workdir, "ckpt"), os.path.join(workdir, "out.npz")
-    rows, done = [], 0
-    for _ in range(num_kills):
+    rows = []
+    for i in range(num_kills):
+        latest = latest_checkpoint(ckpt_dir)
+        hi = min(STEPS - 1, latest + 2, STEPS - 1 - (num_kills - 1 - i))
+        if latest + 1 > STEPS - 1:
+            break
         proc = start(env, ckpt_dir, out)
-        target = rng.randint(done + 1, STEPS - 1) if done + 1 <= STEPS - 1 else STEPS - 1
+        target = rng.randint(latest + 1, max(latest + 1, hi))
         delay = rng.uniform(0.0, 0.05)
         seen = kill_when(proc, f"step {target}", delay)
         rows.append({"killed_after_step": target, "delay_s": delay, "resumed_from": resumed_from("\n".join(seen))})
-        done = target
     text = run_to_end(env, ckpt_dir, out)
     rows.append({"final_resumed_from": resumed_from(text)})
     return rows
