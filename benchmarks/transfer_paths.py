@@ -22,13 +22,8 @@ from lazytrain_jax.executor import links
 
 
 def rate(fn, nbytes, repeats):
-    fn()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return nbytes / float(np.median(ts)) / 1e9
+    """GB/s of ``fn()`` (:func:`rate_fresh` with nothing made per repeat)."""
+    return rate_fresh(lambda: None, lambda _: fn(), nbytes, repeats)
 
 
 def rate_fresh(make, fn, nbytes, repeats):

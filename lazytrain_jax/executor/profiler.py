@@ -204,40 +204,48 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int, cold
     model's layer (11.3M parameters, 2 cores, a 480 MB last-level cache) took 2.34-2.38 ms per
     million parameters (median of 6), cold 2.71-2.79, and inside the engine's steps 2.77-3.01
     (``benchmarks/host_optimizer_cache.py``). ``cold``: force either way (None: by the traffic)."""
-    from lazytrain_jax import optim
-    from lazytrain_jax.executor import host_optim
     kind = cfg.layer_kinds[0]
-    units = get_units(cfg)
     master = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 0.01, np.float32), host_sharding),
-                          units.abstract_params(kind))
-    tree = {"embed": {}, "layers": [master], "head": {}}
-    opt = host_optim.UnitAdamW8bit(optim.hyperparams_of(optim.adamw_8bit(1e-5, max_grad_norm=1.0)),
-                                   host_sharding, 1, jnp.dtype(stream_dtype))
-    state = opt.init(tree)
-    grads = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 1e-3, np.float32), host_sharding), master)
-    info, hp, _, _ = opt.begin(state, 1.0)
-    holder = {"m": master, "copy": None}
-
-    def run():  # as the engine runs it: the previous copy donated, its buffers reused
-        new, copy, _ = opt.update_unit(state, 1, holder["m"], grads, info, hp, holder["copy"])
-        holder["m"], holder["copy"] = new, copy
-        return copy
-
+                          get_units(cfg).abstract_params(kind))
     # per parameter in a step: fp32 master and gradient, two 8-bit moments, the stream copy
     per_param = 4 + 4 + 2 + jnp.dtype(stream_dtype).itemsize
     step_bytes = sum(cfg.layer_num_params(k) for k in cfg.layer_kinds) * per_param
     evict = _cache_evictor(step_bytes if cold is None else (math.inf if cold else 0))
+    return _unit_update_rate(master, 1, 1, host_sharding, stream_dtype, repeats, evict)
+
+
+def _unit_update_rate(master, u: int, num_layers: int, host_sharding, stream_dtype, repeats: int, evict) -> float:
+    """Parameters per second of ``adamw_8bit``'s per-unit update of ``master`` as unit ``u`` of a
+    ``num_layers``-layer model, run as the engine runs it (``UnitAdamW8bit.update_unit``, the
+    previous copy donated and its buffers reused), ``evict()`` before each call; the median of
+    ``repeats`` timed calls after two untimed ones."""
+    from lazytrain_jax import optim
+    from lazytrain_jax.executor import host_optim
+
+    def tree_of(m):
+        units = [{}] * (num_layers + 2)
+        units[u] = m
+        return host_optim.join_units(units, num_layers)
+
+    opt = host_optim.UnitAdamW8bit(optim.hyperparams_of(optim.adamw_8bit(1e-5, max_grad_norm=1.0)),
+                                   host_sharding, num_layers, jnp.dtype(stream_dtype))
+    grads = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 1e-3, np.float32), host_sharding), master)
+    num_params = sum(x.size for x in jax.tree.leaves(master))  # before the first call donates it
+    info, hp, _, _ = opt.begin(opt.init(tree_of(master)), 1.0)
+    holder = {"m": master, "copy": None}
     # moments are donated by each call; re-reading them from a fresh state keeps shapes, not values.
     # Two untimed calls first: the first has no previous copy to donate, so the second compiles the
     # in-place variant (timed, it made one repeat count a compilation: 6e5 params/s for 3e8)
     seconds = []
     for _ in range(repeats + 2):
-        state = opt.init({"embed": {}, "layers": [holder["m"]], "head": {}})
+        state = opt.init(tree_of(holder["m"]))
         evict()
         t0 = time.perf_counter()
-        jax.block_until_ready(run())
+        new, copy, _ = opt.update_unit(state, u, holder["m"], grads, info, hp, holder["copy"])
+        jax.block_until_ready(copy)
         seconds.append(time.perf_counter() - t0)
-    return cfg.layer_num_params(kind) / float(np.median(seconds[2:]))
+        holder["m"], holder["copy"] = new, copy
+    return num_params / float(np.median(seconds[2:]))
 
 
 FP32_STATE_PROBE_PARAMS = 64 << 20  # elements of the fp32-state update's probe (whole embedding rows)
@@ -249,29 +257,13 @@ def _measure_fp32_state_rate(cfg, host_sharding, stream_dtype, repeats: int) -> 
     kernel), timed as the engine runs unit 0 on an embedding of at most
     ``FP32_STATE_PROBE_PARAMS`` elements (whole rows), after two untimed calls, each timed call
     with its buffers out of the caches where the model's optimizer traffic exceeds them."""
-    from lazytrain_jax import optim
-    from lazytrain_jax.executor import host_optim
     rows = max(1, min(cfg.vocab_size, FP32_STATE_PROBE_PARAMS // cfg.hidden_size))
     master = {"embed_tokens": {"weight": jax.device_put(np.full((rows, cfg.hidden_size), 0.01, np.float32),
                                                         host_sharding)}}
-    opt = host_optim.UnitAdamW8bit(optim.hyperparams_of(optim.adamw_8bit(1e-5, max_grad_norm=1.0)),
-                                   host_sharding, 0, jnp.dtype(stream_dtype))
-    grads = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 1e-3, np.float32), host_sharding), master)
-    holder = {"m": master, "copy": None}
     # out of the caches as in a step, like the layer's timing (_measure_host_optimizer)
     per_param = 4 + 4 + 8 + jnp.dtype(stream_dtype).itemsize  # master, gradient, two fp32 moments, copy
     evict = _cache_evictor(cfg.num_params() * per_param)
-    seconds = []
-    for _ in range(repeats + 2):
-        state = opt.init({"embed": holder["m"], "layers": [], "head": {}})
-        info, hp, _, _ = opt.begin(state, 1.0)
-        evict()
-        t0 = time.perf_counter()
-        new, copy, _ = opt.update_unit(state, 0, holder["m"], grads, info, hp, holder["copy"])
-        jax.block_until_ready(copy)
-        seconds.append(time.perf_counter() - t0)
-        holder["m"], holder["copy"] = new, copy
-    return rows * cfg.hidden_size / float(np.median(seconds[2:]))
+    return _unit_update_rate(master, 0, 0, host_sharding, stream_dtype, repeats, evict)
 
 
 def fp32_state_params(cfg, unit_kind: str) -> int:

@@ -292,8 +292,6 @@ def _json_type_ok(annotation: str, value: Any) -> bool:
             "int": lambda x: isinstance(x, int) and not isinstance(x, bool), "float": number}
     if annotation in item:
         return item[annotation](value)
-    if annotation == "float | None":
-        return value is None or number(value)
     if annotation.endswith(" | None"):
         return value is None or _json_type_ok(annotation[:-len(" | None")], value)
     if annotation.startswith("tuple[") and annotation.endswith(", ...]"):
@@ -305,10 +303,16 @@ def _json_type_ok(annotation: str, value: Any) -> bool:
 
 
 _JSON_NAMES = {"str": "a string", "bool": "true or false", "int": "an integer", "float": "a finite number",
-               "float | None": "a finite number or null", "tuple[str, ...]": "a list of strings",
-               "tuple[bool, ...]": "a list of true/false", "tuple[int, ...]": "a list of integers",
-               "tuple[float, ...]": "a list of finite numbers", "tuple[float, ...] | None": "a list of finite numbers or null",
+               "tuple[str, ...]": "a list of strings", "tuple[bool, ...]": "a list of true/false",
+               "tuple[int, ...]": "a list of integers", "tuple[float, ...]": "a list of finite numbers",
                "Costs": "an object", "Hardware": "an object"}
+
+
+def _json_name(annotation: str) -> str:
+    """What a field of ``annotation`` must be, in words ("T | None": T's words "or null")."""
+    if annotation.endswith(" | None"):
+        return _json_name(annotation[:-len(" | None")]) + " or null"
+    return _JSON_NAMES[annotation]
 
 
 def check_json_fields(cls, d: Any, where: str) -> None:
@@ -336,5 +340,5 @@ def check_json_fields(cls, d: Any, where: str) -> None:
         else:
             ok = _json_type_ok(annotation, value)
         if not ok:
-            kind = "a number (not NaN)" if cls is Hardware and annotation == "float" else _JSON_NAMES[annotation]
+            kind = "a number (not NaN)" if cls is Hardware and annotation == "float" else _json_name(annotation)
             raise ValueError(f"{where}.{name}={value!r:.80} must be {kind}")
