@@ -16,6 +16,7 @@ recomputed or offloaded, and every layer resident in backward (optimistic).
 from __future__ import annotations
 
 from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, offloaded_residuals
+from lazytrain_jax.schedule.steps import unit_opt_times
 
 
 def lower_bound(costs, hardware, plan=None) -> dict[str, float]:
@@ -51,12 +52,13 @@ def lower_bound(costs, hardware, plan=None) -> dict[str, float]:
         bwd_up += res_host
     bwd_down = sum(g[:-1])
     nvme_read = sum(a[i] for i, t in enumerate(tiers) if t == "nvme")
-    total_opt = sum(costs.optimizer_params) / hardware.host_opt_rate
+    opt = unit_opt_times(costs, hardware)
+    total_opt = sum(opt)
     forward = max(fwd_compute, fwd_up / hardware.h2d_bw, fwd_down / hardware.d2h_bw,
                   nvme_read / hardware.nvme_write_bw)
     backward = max(bwd_compute, bwd_up / hardware.h2d_bw, (bwd_down + g[-1]) / hardware.d2h_bw,
                    nvme_read / hardware.nvme_read_bw)
     upload0 = w[0] / hardware.h2d_bw
-    tail = (costs.optimizer_params[0] / hardware.host_opt_rate + upload0 if mode == "pipelined" else total_opt + upload0)
+    tail = (opt[0] + upload0 if mode == "pipelined" else total_opt + upload0)
     total = backward + max(forward + tail, total_opt)
     return dict(forward=forward, backward=backward, tail=tail, optimizer=total_opt, total=total)

@@ -246,7 +246,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     bwd_rc = [costs.bwd_recompute_time[l + 1] for l in range(L)]
     R = costs.residual_bytes
     h2d, d2h, nr, nw = hardware.h2d_bw, hardware.d2h_bw, hardware.nvme_read_bw, hardware.nvme_write_bw
-    opt = [p / hardware.host_opt_rate for p in costs.optimizer_params]
+    opt = steps.unit_opt_times(costs, hardware)
     if union:
         dw = da = 2
     const_mem = memory.constant_bytes(costs, hardware, weight_prefetch_depth=1 if union else dw,

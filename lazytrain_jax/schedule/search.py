@@ -49,7 +49,7 @@ class FastModel:
         self.bwd = list(costs.bwd_time)
         self.bwd_rc = list(costs.bwd_recompute_time)
         self.R = list(costs.residual_bytes)
-        self.opt = [p / hardware.host_opt_rate for p in costs.optimizer_params]
+        self.opt = steps.unit_opt_times(costs, hardware)
         self.h2d, self.d2h = hardware.h2d_bw, hardware.d2h_bw
         self.nr, self.nw = hardware.nvme_read_bw, hardware.nvme_write_bw
         a_max = max(self.A)

@@ -266,6 +266,12 @@ def transfers(costs, plan, seq: Sequence[Item] | None = None) -> list[Transfer]:
     return out
 
 
+def unit_opt_times(costs, hardware) -> list[float]:
+    """Per unit (``Costs.unit_names`` order), seconds of the host optimizer's update: its
+    ``Costs.optimizer_params`` at ``Hardware.host_opt_rate``."""
+    return [float(p) / hardware.host_opt_rate for p in costs.optimizer_params]
+
+
 def rates(hardware) -> dict[str, float]:
     """Rate of every transfer channel: bytes/s, parameters/s for the host optimizer."""
     return {"h2d": hardware.h2d_bw, "d2h": hardware.d2h_bw, "nvme_read": hardware.nvme_read_bw,

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lazytrain_jax.schedule.steps import CHANNELS, Item, Transfer, Window, items, step_time, transfers, windows
+from lazytrain_jax.schedule.steps import (CHANNELS, Item, Transfer, Window, items, step_time, transfers,
+                                          unit_opt_times, windows)
 
 __all__ = ["CHANNELS", "Item", "Transfer", "Window", "channel_busy", "items", "step_time", "transfers",
-           "unit_opt_time", "windows"]
+           "unit_opt_time", "unit_opt_times", "windows"]
 
 
 def unit_opt_time(costs, hardware, unit: int) -> float:
     """Seconds of the host optimizer's update of unit ``unit`` (index into ``Costs.unit_names``)."""
-    return costs.optimizer_params[unit] / hardware.host_opt_rate
+    return unit_opt_times(costs, hardware)[unit]
 
 
 def channel_busy(wins: Sequence[Window]) -> dict[str, float]:
