@@ -191,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from lazytrain_jax.host_alloc import keep_freed_host_blocks
-    keep_freed_host_blocks()  # steps reuse freed host buffers instead of page-faulting fresh ones
+    from lazytrain_jax.host_alloc import keep_host_blocks_once
+    keep_host_blocks_once()  # steps reuse freed host buffers instead of page-faulting fresh ones
     try:
         return args.func(args)
     except (ValueError, OSError) as e:  # bad input; unreadable input or unwritable --out path

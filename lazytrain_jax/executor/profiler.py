@@ -72,13 +72,24 @@ _RATES_CACHE: dict = {}
 _COSTS_CACHE: dict = {}
 
 
-def interleaved_seconds(fns: dict, repeats: int) -> dict:
-    """Wall seconds of each ``fns`` entry (its result blocked on) per round: one warm-up each, then
-    ``repeats`` rounds running every entry once in turn, so a change of load hits all of them alike
-    (quantities compared with each other, e.g. a backward from kept residuals against one that
-    recomputes, are not measured minutes apart)."""
-    for fn in fns.values():
-        jax.block_until_ready(fn())  # compile / warm up
+# Untimed rounds before the profiler's timed ones. On the CPU backend a process's first calls run
+# slow for several rounds while the host allocator grows into its working set, not only the first:
+# streaming_cpu.py's layer (hidden 1024, batch 2 x 256, fp32), 15 rounds after one warm-up, backward
+# 180 156 165 176 174 138 137 136 132 135 ... ms. With one warm-up and a median of 3, a process's
+# first profile put that backward at 162 ms against 131-135 ms in the profiles after it, and
+# predicted 2.96 s for a plan whose profiles after it predicted 2.03-2.06 s (and which measured
+# 2.15 s): the plans made from a first profile were made for a slower machine.
+PROFILE_WARMUP = 6
+
+
+def interleaved_seconds(fns: dict, repeats: int, warmup: int = 1) -> dict:
+    """Wall seconds of each ``fns`` entry (its result blocked on) per round: ``warmup`` untimed
+    rounds (the first compiles), then ``repeats`` rounds running every entry once in turn, so a
+    change of load hits all of them alike (quantities compared with each other, e.g. a backward
+    from kept residuals against one that recomputes, are not measured minutes apart)."""
+    for _ in range(max(1, warmup)):
+        for fn in fns.values():
+            jax.block_until_ready(fn())  # compile / warm up
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -88,14 +99,15 @@ def interleaved_seconds(fns: dict, repeats: int) -> dict:
     return times
 
 
-def median_seconds_interleaved(fns: dict, repeats: int) -> dict:
-    """The median of each entry's :func:`interleaved_seconds`."""
-    return {name: float(np.median(t)) for name, t in interleaved_seconds(fns, repeats).items()}
+def median_seconds_interleaved(fns: dict, repeats: int, warmup: int = PROFILE_WARMUP) -> dict:
+    """The median of each entry's :func:`interleaved_seconds` (``PROFILE_WARMUP`` untimed rounds first)."""
+    return {name: float(np.median(t)) for name, t in interleaved_seconds(fns, repeats, warmup).items()}
 
 
-def median_seconds(fn, repeats: int) -> float:
-    """Median wall seconds of ``fn()`` (its result blocked on) over ``repeats`` runs after one warm-up."""
-    return median_seconds_interleaved({"fn": fn}, repeats)["fn"]
+def median_seconds(fn, repeats: int, warmup: int = PROFILE_WARMUP) -> float:
+    """Median wall seconds of ``fn()`` (its result blocked on) over ``repeats`` runs after ``warmup``
+    untimed ones."""
+    return median_seconds_interleaved({"fn": fn}, repeats, warmup)["fn"]
 
 
 def _measure_layer(cfg, kind, micro: int, seq_len: int, dtype, device, repeats: int):
@@ -375,7 +387,9 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
       >>> costs, hw = lt.profile(model, batch_size=8, seq_len=512, device_memory=20e9)
       >>> plan = lt.plan(costs, hw)
     """
+    from lazytrain_jax.host_alloc import keep_host_blocks_once
     from lazytrain_jax.schedule.hardware import Hardware
+    keep_host_blocks_once()  # the host allocator the engine's steps run with (lt.StreamingEngine sets it too)
     cfg = getattr(model_or_config, "config", model_or_config)
     for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("num_micro_batches", num_micro_batches)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
