@@ -99,14 +99,16 @@ def interleaved_seconds(fns: dict, repeats: int, warmup: int = 1) -> dict:
     return times
 
 
-def median_seconds_interleaved(fns: dict, repeats: int, warmup: int = PROFILE_WARMUP) -> dict:
-    """The median of each entry's :func:`interleaved_seconds` (``PROFILE_WARMUP`` untimed rounds first)."""
+def median_seconds_interleaved(fns: dict, repeats: int, warmup: int | None = None) -> dict:
+    """The median of each entry's :func:`interleaved_seconds` (``warmup`` untimed rounds first;
+    None: ``PROFILE_WARMUP``, read at the call)."""
+    warmup = PROFILE_WARMUP if warmup is None else warmup
     return {name: float(np.median(t)) for name, t in interleaved_seconds(fns, repeats, warmup).items()}
 
 
-def median_seconds(fn, repeats: int, warmup: int = PROFILE_WARMUP) -> float:
+def median_seconds(fn, repeats: int, warmup: int | None = None) -> float:
     """Median wall seconds of ``fn()`` (its result blocked on) over ``repeats`` runs after ``warmup``
-    untimed ones."""
+    untimed ones (None: ``PROFILE_WARMUP``)."""
     return median_seconds_interleaved({"fn": fn}, repeats, warmup)["fn"]
 
 
