@@ -78,7 +78,8 @@ _COSTS_CACHE: dict = {}
 # 180 156 165 176 174 138 137 136 132 135 ... ms. With one warm-up and a median of 3, a process's
 # first profile put that backward at 162 ms against 131-135 ms in the profiles after it, and
 # predicted 2.96 s for a plan whose profiles after it predicted 2.03-2.06 s (and which measured
-# 2.15 s): the plans made from a first profile were made for a slower machine.
+# 2.15 s): the plans made from a first profile were made for a slower machine (the excess varies:
+# 3-12 % in three other fresh processes; benchmarks/profile_repeat.py).
 PROFILE_WARMUP = 6
 
 
@@ -367,6 +368,9 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
     same rates. On the CPU backend the Hardware says ``host_shares_device``: the host optimizer, the copies and the
     "device" compute run on the same cores, so the step model adds their times instead of
     overlapping them.
+    Every timing follows ``PROFILE_WARMUP`` untimed rounds, and the host allocator is set as the
+    engine sets it (``host_alloc.keep_host_blocks_once``), so a process's first profile measures the
+    state its steps run in.
 
     Args:
       model_or_config: a Model or ModelConfig.
