@@ -38,7 +38,7 @@ def test_freed_blocks_are_reused_without_page_faults():
 
 
 ONCE = """
-import inspect, json, os, sys
+import inspect, json
 from lazytrain_jax import host_alloc
 calls, askers = [], []
 real, once = host_alloc.keep_freed_host_blocks, host_alloc.keep_host_blocks_once

@@ -368,9 +368,10 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
     same rates. On the CPU backend the Hardware says ``host_shares_device``: the host optimizer, the copies and the
     "device" compute run on the same cores, so the step model adds their times instead of
     overlapping them.
-    Every timing follows ``PROFILE_WARMUP`` untimed rounds, and the host allocator is set as the
-    engine sets it (``host_alloc.keep_host_blocks_once``), so a process's first profile measures the
-    state its steps run in.
+    The layer, head, embedding-backward and H2D/D2H timings follow ``PROFILE_WARMUP`` untimed
+    rounds (the host optimizer's follow two untimed calls; the NVMe write and read are timed once),
+    and the host allocator is set as the engine sets it (``host_alloc.keep_host_blocks_once``), so a
+    process's first profile measures the state its steps run in.
 
     Args:
       model_or_config: a Model or ModelConfig.
