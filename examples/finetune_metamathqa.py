@@ -60,4 +60,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    from lazytrain_jax.host_alloc import reexec_with_huge_pages
+    reexec_with_huge_pages()  # huge pages for glibc's large host blocks (the embedding table, gradients)
     sys.exit(main())

@@ -181,11 +181,24 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--png", default=None, help="write the simulated step as a Gantt chart PNG (needs matplotlib)")
     plan.set_defaults(func=_plan)
     version = sub.add_parser("version", help="print the version", formatter_class=fmt)
-    version.set_defaults(func=lambda a: print(f"lazytrain_jax {__version__}") or 0)
+    version.set_defaults(func=_version)
     return parser
 
 
+def _version(args) -> int:
+    from lazytrain_jax import __version__
+    from lazytrain_jax.host_alloc import huge_pages_on
+    print(f"lazytrain_jax {__version__}")
+    print(f"host allocator: huge pages for large blocks {'on' if huge_pages_on() else 'off'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command (``argv``: its arguments; None: the process's, and then the process first starts
+    itself again with huge pages for glibc's large host blocks: ``host_alloc.reexec_with_huge_pages``)."""
+    if argv is None:
+        from lazytrain_jax.host_alloc import reexec_with_huge_pages
+        reexec_with_huge_pages()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -71,3 +71,82 @@ def test_profile_and_engine_set_the_allocator_once_unless_told_not_to(env, expec
     assert kept is expected
     assert {"profile", "__init__"} <= set(askers), askers   # lt.profile and the engine's constructor ask
     assert calls == (1 if expected else 0)   # glibc was set once at most
+
+
+# ---- huge pages for glibc's large blocks (reexec_with_huge_pages) ----------------------------
+
+BIG = """
+import json, resource
+import jax.numpy as jnp
+x = jnp.ones(25_000_000, jnp.float32).block_until_ready()  # 100 MB on the CPU backend
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+y = (x * 2).block_until_ready()  # a fresh 100 MB block: above glibc's 32 MiB mmap limit, a new mapping
+print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0))
+"""
+
+
+def _clean_env(**extra):
+    import os
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GLIBC_TUNABLES", "LAZYTRAIN_HUGE_PAGES", "LAZYTRAIN_REEXEC_HUGE_PAGES")}
+    return {**env, **extra}
+
+
+def test_huge_pages_cut_the_page_faults_of_a_large_block():
+    from lazytrain_jax.host_alloc import HUGE_PAGES_TUNABLE, huge_pages_supported
+    if not huge_pages_supported():
+        pytest.skip("glibc < 2.35 or transparent huge pages off here")
+    faults = {}
+    for huge in (False, True):
+        env = _clean_env(**({"GLIBC_TUNABLES": HUGE_PAGES_TUNABLE} if huge else {}))
+        out = subprocess.run([sys.executable, "-c", BIG], capture_output=True, text=True, check=True,
+                             env={**env, "JAX_PLATFORMS": "cpu"})
+        faults[huge] = json.loads(out.stdout)
+    assert faults[False] > 20_000, faults     # 4 KiB pages: one fault each
+    assert faults[True] < faults[False] / 10, faults
+
+
+@pytest.mark.parametrize("opt_out", [False, True])
+def test_the_command_starts_itself_again_with_huge_pages_unless_told_not_to(opt_out):
+    from lazytrain_jax.host_alloc import huge_pages_supported
+    env = _clean_env(**({"LAZYTRAIN_HUGE_PAGES": "0"} if opt_out else {}))
+    out = subprocess.run([sys.executable, "-m", "lazytrain_jax.cli", "version"], capture_output=True, text=True,
+                         check=True, env=env)
+    on = huge_pages_supported() and not opt_out
+    assert f"huge pages for large blocks {'on' if on else 'off'}" in out.stdout, out.stdout
+
+
+def test_reexec_keeps_the_arguments_and_other_tunables(monkeypatch):
+    from lazytrain_jax import host_alloc
+    monkeypatch.setattr(host_alloc, "huge_pages_supported", lambda: True)
+    for k in ("LAZYTRAIN_HUGE_PAGES", "LAZYTRAIN_REEXEC_HUGE_PAGES"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    monkeypatch.setattr(sys, "orig_argv", ["python", "-X", "faulthandler", "prog.py", "--flag", "x"])
+    calls = []
+    assert host_alloc.reexec_with_huge_pages(execve=lambda *a: calls.append(a))
+    (path, argv, env), = calls
+    assert path == sys.executable and argv == ["python", "-X", "faulthandler", "prog.py", "--flag", "x"]
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    assert host_alloc.huge_pages_on(env)
+    # the process started again does not start itself once more
+    monkeypatch.setattr(host_alloc.os, "environ", env)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")  # even were the tunable dropped
+    assert not host_alloc.reexec_with_huge_pages(execve=lambda *a: calls.append(a))
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("case", ["opt_out", "already_on", "unsupported"])
+def test_reexec_does_nothing_where_it_should_not(monkeypatch, case):
+    from lazytrain_jax import host_alloc
+    monkeypatch.setattr(host_alloc, "huge_pages_supported", lambda: case != "unsupported")
+    monkeypatch.delenv("LAZYTRAIN_REEXEC_HUGE_PAGES", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("LAZYTRAIN_HUGE_PAGES", raising=False)
+    if case == "opt_out":
+        monkeypatch.setenv("LAZYTRAIN_HUGE_PAGES", "0")
+    if case == "already_on":
+        monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+    calls = []
+    assert not host_alloc.reexec_with_huge_pages(execve=lambda *a: calls.append(a))
+    assert calls == []
