@@ -236,4 +236,6 @@ def optimizer_check(num_params: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
+    from lazytrain_jax.host_alloc import reexec_with_huge_pages
+    reexec_with_huge_pages()  # as the command runs: huge pages for glibc's large host blocks
     main()

@@ -15,9 +15,10 @@ gradients) are always fresh ``mmap`` pages under glibc, faulted in 4 KiB at a ti
 allocation. glibc 2.35+ can back them with transparent huge pages (2 MiB) instead, but only when
 the process starts with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``: the command and the examples
 start themselves again with it (``reexec_with_huge_pages``; ``LAZYTRAIN_HUGE_PAGES=0`` opts out); a
-program of your own sets it on its command line. Measured (2-core machine, CPU backend): a 557 MB
-array's copy to ``pinned_host`` 1.44 -> 3.40 GB/s (136k -> 0.6k page faults), a streamed step of a
-2-layer qwen2.5-0.5b shape (its 545 MB fp32 table) 2.49 -> 1.72 s (``benchmarks/huge_pages.py``).
+program of your own sets it on its command line. Measured (2-core machine, CPU backend, medians of
+3 rounds): a 557 MB array's copy to ``pinned_host`` 1.57 -> 3.41 GB/s (136k -> 1.1k page faults), a
+streamed step of a 2-layer qwen2.5-0.5b shape (its 545 MB fp32 table) 2.69 -> 2.01 s
+(``benchmarks/huge_pages.py``). numpy asks for huge pages on its own large arrays already.
 
 Measured on the demo (40 steps, 2-core shared machine): minor page faults 3.03 M -> 0.36 M, system
 time 6.7 s -> 1.6 s, user time unchanged (44.7 s vs 44.8 s). On ``benchmarks/streaming_cpu.py``'s layer
