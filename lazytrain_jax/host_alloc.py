@@ -94,10 +94,28 @@ def huge_pages_on(environ=None) -> bool:
     return HUGE_PAGES_TUNABLE in environ.get("GLIBC_TUNABLES", "").split(":")
 
 
+def runs_as_program(orig_argv=None, argv=None) -> bool:
+    """Whether the interpreter's command line (``sys.orig_argv``) started the program now running
+    (``sys.argv``): ``python prog.py ARGS``, an installed script, or ``python -m pkg.mod ARGS``. Not
+    when the program runs inside another (``runpy`` in a test process, an interpreter started with
+    ``-c``): starting that one again would restart the wrong program."""
+    orig = list(getattr(sys, "orig_argv", None) or []) if orig_argv is None else list(orig_argv)
+    argv = list(sys.argv) if argv is None else list(argv)
+    n = len(argv)
+    if n == 0 or len(orig) < n + 1 or orig[len(orig) - n + 1:] != argv[1:]:
+        return False
+    first = orig[len(orig) - n]
+    if os.path.abspath(first) == os.path.abspath(argv[0]):
+        return True
+    stem = os.path.splitext(os.path.basename(argv[0]))[0]  # -m pkg.mod: argv[0] is the module's file
+    return orig[len(orig) - n - 1] == "-m" and stem in (first.rsplit(".", 1)[-1], "__main__")
+
+
 def reexec_with_huge_pages(*, execve=os.execve) -> bool:
     """Starts this program again (same interpreter, ``sys.orig_argv``) with huge pages for glibc's
     large blocks (see the module docstring), unless they are on already, unsupported here, the
-    program was started again once, or ``LAZYTRAIN_HUGE_PAGES=0``. Call it first in a program's
+    program was started again once, it does not run as the process's own program
+    (:func:`runs_as_program`) or ``LAZYTRAIN_HUGE_PAGES=0``. Call it first in a program's
     entry point, before it prints or reads anything: on success it does not return. Returns False
     where it did nothing (``execve``: for tests).
 
@@ -108,7 +126,7 @@ def reexec_with_huge_pages(*, execve=os.execve) -> bool:
     """
     env = os.environ
     if env.get(HUGE_PAGES_ENV, "1") == "0" or env.get(_REEXEC_MARK) or huge_pages_on(env) or \
-            not huge_pages_supported() or not getattr(sys, "orig_argv", None):
+            not huge_pages_supported() or not runs_as_program():
         return False
     tunables = ":".join(t for t in (env.get("GLIBC_TUNABLES"), HUGE_PAGES_TUNABLE) if t)
     for stream in (sys.stdout, sys.stderr):

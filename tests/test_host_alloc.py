@@ -123,6 +123,7 @@ def test_reexec_keeps_the_arguments_and_other_tunables(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
     monkeypatch.setattr(sys, "orig_argv", ["python", "-X", "faulthandler", "prog.py", "--flag", "x"])
+    monkeypatch.setattr(sys, "argv", ["prog.py", "--flag", "x"])
     calls = []
     assert host_alloc.reexec_with_huge_pages(execve=lambda *a: calls.append(a))
     (path, argv, env), = calls
@@ -150,3 +151,18 @@ def test_reexec_does_nothing_where_it_should_not(monkeypatch, case):
     calls = []
     assert not host_alloc.reexec_with_huge_pages(execve=lambda *a: calls.append(a))
     assert calls == []
+
+
+@pytest.mark.parametrize("orig,argv,expected", [
+    (["/usr/bin/python3", "/usr/local/bin/lazytrain", "demo"], ["/usr/local/bin/lazytrain", "demo"], True),
+    (["python", "examples/finetune_metamathqa.py", "--steps", "3"], ["examples/finetune_metamathqa.py", "--steps", "3"], True),
+    (["python", "-m", "lazytrain_jax.cli", "version"], ["/src/lazytrain_jax/cli.py", "version"], True),
+    # a test process running the example through runpy, its arguments patched in
+    (["python", "-u", "-c", "import sys;exec(eval(sys.stdin.readline()))"], ["examples/finetune_metamathqa.py"], False),
+    (["python", "-m", "pytest"], ["examples/finetune_metamathqa.py"], False),
+    (["python", "-m", "pytest", "-q"], ["examples/finetune_metamathqa.py", "-q"], False),
+    (["python", "-c", "print(1)"], ["-c"], False),
+])
+def test_runs_as_program_tells_the_process_program_from_one_run_inside_it(orig, argv, expected):
+    from lazytrain_jax.host_alloc import runs_as_program
+    assert runs_as_program(orig, argv) is expected
