@@ -133,3 +133,24 @@ def reexec_with_huge_pages(*, execve=os.execve) -> bool:
         stream.flush()
     execve(sys.executable, list(sys.orig_argv), {**env, "GLIBC_TUNABLES": tunables, _REEXEC_MARK: "1"})
     return True
+
+
+_HINTED: list = []
+
+
+def hint_huge_pages(largest_block_bytes: float) -> bool:
+    """Warns once per process (a ``UserWarning``) where huge pages would help and are off: a block
+    above glibc's 32 MiB mmap limit (``largest_block_bytes``: the largest tensor the program moves),
+    huge pages supported here, the process started without them and ``LAZYTRAIN_HUGE_PAGES`` not
+    ``0``. Returns whether it warned. ``lt.StreamingEngine`` calls it with the model's largest fp32
+    tensor."""
+    if _HINTED or largest_block_bytes <= MMAP_THRESHOLD_MAX or os.environ.get(HUGE_PAGES_ENV, "1") == "0" or \
+            huge_pages_on() or not huge_pages_supported():
+        return False
+    _HINTED.append(True)
+    import warnings
+    warnings.warn(f"lazytrain_jax: tensors of up to {largest_block_bytes / 2**20:.0f} MiB move through host blocks "
+                  "above glibc's 32 MiB mmap limit, faulted in 4 KiB at a time: start Python with "
+                  f"GLIBC_TUNABLES={HUGE_PAGES_TUNABLE} (the lazytrain command does) for about 2x faster copies of "
+                  f"them; {HUGE_PAGES_ENV}=0 silences this", UserWarning, stacklevel=3)
+    return True

@@ -166,3 +166,55 @@ def test_reexec_does_nothing_where_it_should_not(monkeypatch, case):
 def test_runs_as_program_tells_the_process_program_from_one_run_inside_it(orig, argv, expected):
     from lazytrain_jax.host_alloc import runs_as_program
     assert runs_as_program(orig, argv) is expected
+
+
+@pytest.mark.parametrize("case", ["warns", "small", "on", "opt_out", "unsupported"])
+def test_hint_huge_pages_warns_once_where_they_would_help(monkeypatch, case):
+    import warnings
+    from lazytrain_jax import host_alloc
+    monkeypatch.setattr(host_alloc, "_HINTED", [])
+    monkeypatch.setattr(host_alloc, "huge_pages_supported", lambda: case != "unsupported")
+    monkeypatch.delenv("LAZYTRAIN_HUGE_PAGES", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    if case == "on":
+        monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+    if case == "opt_out":
+        monkeypatch.setenv("LAZYTRAIN_HUGE_PAGES", "0")
+    size = 16 * 2**20 if case == "small" else 545e6
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first, second = host_alloc.hint_huge_pages(size), host_alloc.hint_huge_pages(size)
+    assert first is (case == "warns") and second is False
+    assert len(caught) == (1 if case == "warns" else 0)
+    if caught:
+        assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in str(caught[0].message)
+        assert "520 MiB" in str(caught[0].message)
+
+
+def test_the_engine_hints_for_a_large_table_only():
+    """A tiny model's engine stays silent; the hint's size is the model's largest fp32 tensor."""
+    import warnings
+    import lazytrain_jax as lt
+    from lazytrain_jax import host_alloc
+    from lazytrain_jax.executor.profiler import unit_costs
+    from lazytrain_jax.schedule.hardware import Hardware
+    from lazytrain_jax.schedule.plan import Plan
+    seen = []
+    real = host_alloc.hint_huge_pages
+    host_alloc.hint_huge_pages = lambda n: seen.append(n) or real(n)
+    try:
+        cfg = lt.get_preset("llama-debug").replace(num_layers=1, layer_kinds=("decoder",))
+        model = lt.init_model(cfg, seed=0)
+        costs = unit_costs(model, batch_size=1, seq_len=8, stream_dtype="float32")
+        hw = Hardware(device_memory=1e12, h2d_bw=1e10, d2h_bw=1e10, device_flops=1e11)
+        plan = Plan.create(costs, hw, name="p", boundary_tiers=["device"] * 2)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with lt.StreamingEngine(model, plan, stream_dtype="float32"):
+                pass
+    finally:
+        host_alloc.hint_huge_pages = real
+    import numpy as np
+    largest = max(4 * int(np.prod(x.shape)) for x in __import__("jax").tree.leaves(model.params))
+    assert seen == [largest]
+    assert not [w for w in caught if "GLIBC_TUNABLES" in str(w.message)]

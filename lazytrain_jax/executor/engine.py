@@ -21,6 +21,7 @@ import concurrent.futures as cf
 import gc
 import threading
 import functools
+import math
 import time
 
 import jax
@@ -113,9 +114,10 @@ class StreamingEngine:
 
     def __init__(self, model, plan, optimizer=None, *, stream_dtype: str = "bfloat16", mesh=None,
                  offload_dir: str | None = None, audit_memory: bool = False):
-        from lazytrain_jax.host_alloc import keep_host_blocks_once
+        from lazytrain_jax.host_alloc import hint_huge_pages, keep_host_blocks_once
         from lazytrain_jax.schedule.plan import Plan
         keep_host_blocks_once()  # as lt.profile measured: freed host buffers reused, not faulted in again
+        hint_huge_pages(max((4 * math.prod(x.shape) for x in jax.tree.leaves(model.params)), default=0))
         if not isinstance(plan, Plan):
             raise ValueError(f"plan must be a lazytrain_jax.Plan; got {type(plan).__name__}")
         cfg = model.config
