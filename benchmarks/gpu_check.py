@@ -49,7 +49,9 @@ def main():
         optimizer_check(args.opt_params, args.repeats + 2)
         return
     dev = jax.devices()[0]
-    print(f"device: {dev.device_kind} ({dev.platform}), jax {jax.__version__}")
+    from lazytrain_jax.host_alloc import huge_pages_on
+    print(f"device: {dev.device_kind} ({dev.platform}), jax {jax.__version__}; host huge pages for large blocks: "
+          f"{'on' if huge_pages_on() else 'off'}")
     t0 = time.perf_counter()
     model = lt.init_model(args.preset, seed=0, dtype="bfloat16")
     n = model.num_params()
