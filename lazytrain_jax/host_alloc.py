@@ -13,9 +13,10 @@ defaults. Not glibc (macOS, musl): a no-op.
 Blocks above 32 MiB (a large vocabulary's embedding table, a 3B model's MLP matrices and their
 gradients) are always fresh ``mmap`` pages under glibc, faulted in 4 KiB at a time on every
 allocation. glibc 2.35+ can back them with transparent huge pages (2 MiB) instead, but only when
-the process starts with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``: the command and the examples
-start themselves again with it (``reexec_with_huge_pages``; ``LAZYTRAIN_HUGE_PAGES=0`` opts out); a
-program of your own sets it on its command line. Measured (2-core machine, CPU backend, medians of
+the process starts with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``: the command,
+``examples/finetune_metamathqa.py`` and ``benchmarks/gpu_check.py`` start themselves again with it
+(``reexec_with_huge_pages``; ``LAZYTRAIN_HUGE_PAGES=0`` opts out); a program of your own sets it on
+its command line, and ``lt.StreamingEngine`` says so once where it would help (``hint_huge_pages``). Measured (2-core machine, CPU backend, medians of
 3 rounds): a 557 MB array's copy to ``pinned_host`` 1.57 -> 3.41 GB/s (136k -> 1.1k page faults), a
 streamed step of a 2-layer qwen2.5-0.5b shape (its 545 MB fp32 table) 2.69 -> 2.01 s
 (``benchmarks/huge_pages.py``). numpy asks for huge pages on its own large arrays already.
