@@ -10,4 +10,8 @@ if ! python -c "import jax, sys; sys.exit(jax.devices()[0].platform != 'gpu')"; 
     --opt-params "${OPT_PARAMS:-4000000}" --trace-dir "${TRACE_DIR:-}"
 fi
 timeout 60 python benchmarks/transfer_paths.py --mb 256 --pieces 8 --repeats 5 || echo "transfer_paths failed or timed out"
+# the same paths with huge pages for glibc's large host blocks (as the command and gpu_check.py run)
+echo "with GLIBC_TUNABLES=glibc.malloc.hugetlb=1:"
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 timeout 60 python benchmarks/transfer_paths.py --mb 256 --pieces 8 --repeats 5 \
+  || echo "transfer_paths (huge pages) failed or timed out"
 timeout "${CHECK_TIMEOUT:-420}" python benchmarks/gpu_check.py --preset "${PRESET:-qwen2.5-3b}" --batch "${BATCH:-4}" --seq "${SEQ:-1024}" --budget-gb "${BUDGET_GB:-24}" --trace-dir "${TRACE_DIR:-}"
