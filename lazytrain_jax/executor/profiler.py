@@ -161,6 +161,15 @@ def _measure_link(device, host, probe, repeats: int) -> tuple[float, float]:
     return nbytes / h2d, nbytes / d2h
 
 
+def _head_arrays(cfg, dtype) -> dict:
+    """The head unit's arrays as the engine moves them in ``dtype``: its own parameters and, where
+    the head is tied, the embedding table (one large array); its gradient has the same shapes."""
+    tree = {"head": jax.tree.map(lambda a: np.full(a.shape, 0.01, dtype), get_units(cfg).abstract_params("head"))}
+    if cfg.tie_word_embeddings:
+        tree["tied"] = np.full((cfg.vocab_size, cfg.hidden_size), 0.01, dtype)
+    return tree
+
+
 def _measure_disk(directory: str | None, nbytes: int) -> tuple[float, float]:
     from lazytrain_jax.executor.nvme import NvmeStore
     store = NvmeStore(directory, capacity_bytes=2 * nbytes)
@@ -361,8 +370,9 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
 
     Per layer kind: forward, backward from kept residuals and backward with in-layer recompute (one
     micro-batch, times all micro-batches); the head's forward+backward; H2D/D2H bandwidth between
-    the host store's memory kind and the device; NVMe read/write bandwidth in ``offload_dir``; the
-    host optimizer's parameters per second. The layer times are cached per (model shape, shapes,
+    the host store's memory kind and the device, and the head unit's own upload and gradient
+    download against that rate (``Costs.head_link_factor``: a tied table is one large array);
+    NVMe read/write bandwidth in ``offload_dir``; the host optimizer's parameters per second. The layer times are cached per (model shape, shapes,
     dtype, backend, repeats), the rates, which do not depend on the batch, per (model shape, dtype,
     backend, offload_dir, repeats, probe sizes): every shape profiled in a process plans with the
     same rates. On the CPU backend the Hardware says ``host_shares_device``: the host optimizer, the copies and the
@@ -409,7 +419,8 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
                            repeats=repeats, cached=cached)
     rates = dict(_measured_rates(cfg, stream_dtype, offload_dir, repeats, link_bytes, disk_bytes, cached))
     fp32_rate = rates.pop("fp32_state_rate")
-    costs = dataclasses.replace(costs, opt_params=optimizer_params(costs, cfg, rates["host_opt_rate"], fp32_rate))
+    costs = dataclasses.replace(costs, opt_params=optimizer_params(costs, cfg, rates["host_opt_rate"], fp32_rate),
+                                head_link_factor=rates.pop("head_link_factor"))
     flops = sum(2.0 * cfg.layer_num_params(k) * batch_size * seq_len for k in cfg.layer_kinds)
     achieved = flops / max(sum(costs.fwd_time[1:-1]), 1e-12)
     return costs, Hardware(name="measured", device_margin=0.0, device_flops=achieved, **room, **rates)
@@ -428,11 +439,13 @@ def _measured_rates(cfg, stream_dtype, offload_dir, repeats, link_bytes, disk_by
             kind = max(sorted(set(cfg.layer_kinds)), key=cfg.layer_num_params)
             link_bytes = jax.tree.map(lambda a: np.full(a.shape, 0.01, dtype), get_units(cfg).abstract_params(kind))
         h2d, d2h = _measure_link(device, host, link_bytes, repeats)
+        head_h2d, head_d2h = _measure_link(device, host, _head_arrays(cfg, dtype), repeats)
         nvme_read, nvme_write = _measure_disk(offload_dir, disk_bytes)
         opt_rate = _measure_host_optimizer(cfg, host, stream_dtype, repeats)
         fp32_rate = _measure_fp32_state_rate(cfg, host, stream_dtype, repeats)
         _RATES_CACHE[key] = dict(h2d_bw=h2d, d2h_bw=d2h, nvme_read_bw=nvme_read, nvme_write_bw=nvme_write,
-                                 host_opt_rate=opt_rate, fp32_state_rate=fp32_rate)
+                                 host_opt_rate=opt_rate, fp32_state_rate=fp32_rate,
+                                 head_link_factor=(h2d / head_h2d, d2h / head_d2h))
     return _RATES_CACHE[key]
 
 

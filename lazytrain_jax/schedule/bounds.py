@@ -31,7 +31,7 @@ def lower_bound(costs, hardware, plan=None) -> dict[str, float]:
     """
     L = costs.num_layers
     a = costs.boundary_bytes
-    w, g = costs.weight_bytes, costs.grad_bytes
+    w, g = costs.link_weight_bytes, costs.link_grad_bytes  # as the links spend them
     fwd_compute = sum(costs.fwd_time[:-1]) + costs.fwd_time[-1]
     fwd_up = sum(w[1:])  # layers and head; the embed rows are in the tail
     if plan is None:

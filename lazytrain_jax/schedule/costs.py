@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from typing import Any, Mapping, Sequence
 
 from lazytrain_jax.model.config import loss_chunk_tokens
@@ -92,6 +93,12 @@ class Costs:
         state stays fp32 (``adamw_8bit``'s default ``fp32_state_filter``: they take the XLA path,
         not the native kernel) by the measured ratio of the two rates. Read it as
         :attr:`optimizer_params`.
+      head_link_factor: the head unit's weight upload and gradient download, each as a multiple of
+        its bytes at the link's rate (``Hardware.h2d_bw`` / ``d2h_bw``, which ``lt.profile`` times
+        on a layer's arrays); None: (1, 1). ``lt.profile`` measures it: a tied head's table is one
+        large array, which moves into a fresh block every step (on the CPU backend 3-4x a layer's
+        time per byte with huge pages). Read the link's bytes as :attr:`link_weight_bytes` and
+        :attr:`link_grad_bytes`.
 
     Example:
       >>> c = analytic_costs(get_preset("qwen2.5-7b"), batch_size=8, seq_len=1024, device_flops=4e14)
@@ -120,6 +127,7 @@ class Costs:
     head_workspace_bytes: float
     source: str = "analytic"
     opt_params: tuple[float, ...] | None = None
+    head_link_factor: tuple[float, float] | None = None
 
     def __post_init__(self):
         for name in _UNIT_LISTS + _LAYER_LISTS + ("boundary_bytes",):
@@ -132,6 +140,11 @@ class Costs:
             for i, value in enumerate(self.opt_params):
                 if not value >= 0:
                     raise ValueError(f"Costs.opt_params[{i}]={value!r} must be >= 0")
+        if self.head_link_factor is not None:
+            object.__setattr__(self, "head_link_factor", tuple(float(x) for x in self.head_link_factor))
+            if len(self.head_link_factor) != 2 or not all(0 < x < math.inf for x in self.head_link_factor):
+                raise ValueError(f"Costs.head_link_factor={self.head_link_factor!r} must be two finite factors > 0 "
+                                 f"(upload, download), or None")
         for name in ("batch_size", "seq_len", "num_micro_batches"):
             check_positive_int(f"Costs.{name}", getattr(self, name))
         if self.batch_size % self.num_micro_batches:
@@ -170,6 +183,22 @@ class Costs:
         """Per unit, the host optimizer's work in parameters at ``Hardware.host_opt_rate``
         (``opt_params``, else ``num_params``): a unit's update takes this / host_opt_rate seconds."""
         return self.opt_params if self.opt_params is not None else self.num_params
+
+    @property
+    def link_weight_bytes(self) -> tuple:
+        """``weight_bytes`` as the H2D link spends them: the head's times ``head_link_factor[0]``
+        (the step model's upload seconds are these over ``Hardware.h2d_bw``; memory reads
+        ``weight_bytes``)."""
+        if self.head_link_factor is None:
+            return self.weight_bytes
+        return self.weight_bytes[:-1] + (self.weight_bytes[-1] * self.head_link_factor[0],)
+
+    @property
+    def link_grad_bytes(self) -> tuple:
+        """``grad_bytes`` as the D2H link spends them: the head's times ``head_link_factor[1]``."""
+        if self.head_link_factor is None:
+            return self.grad_bytes
+        return self.grad_bytes[:-1] + (self.grad_bytes[-1] * self.head_link_factor[1],)
 
     @property
     def micro_batch_size(self) -> int:

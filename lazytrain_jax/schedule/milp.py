@@ -330,7 +330,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         return W[l] * indicator - W[l] * p
 
     def gprev(e):
-        return costs.grad_bytes[-1] if e == L else G[e]
+        return costs.link_grad_bytes[-1] if e == L else G[e]
 
     def first(s, e):
         return s if e - s >= 2 else e - 1
@@ -381,7 +381,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     window("P1", up_w=costs.weight_bytes[0], optim=opt_at[1])
     window("FE", compute=costs.fwd_time[0], up_w=W[0], optim=opt_at[2])
     for l in range(L):
-        up = W[l + 1] if l + 1 < L else costs.weight_bytes[-1]
+        up = W[l + 1] if l + 1 < L else costs.link_weight_bytes[-1]
         down = A[l] * xs([t[l] for t in (host, nv) if l in t]) if l >= 1 and (l in host or l in nv) else 0.0
         write = A[l - 1] * nv[l - 1] if l - 1 in nv else 0.0
         read = xs(A[s] * v[s, L] for s in range(L) if (s, L) in v) if l == L - 1 else 0.0
@@ -452,7 +452,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             spread_cuts.append((above, R[l] / h2d, fetched_above))
 
     # depth 2: part of a window's upload done in the window before it
-    cap_w = max(list(W) + [costs.weight_bytes[0], costs.weight_bytes[-1]])
+    cap_w = max(list(W) + [costs.weight_bytes[0], costs.link_weight_bytes[-1]])
     # a window may fetch a segment's base and a layer's residuals both: its share of up to both
     # (the largest of one alone kept the MILP from moving both where the step model does)
     cap_a = max(A) + max([R[l] for l in off], default=0.0)

@@ -180,7 +180,7 @@ def items(costs, plan) -> list[Item]:
     """
     num_layers = costs.num_layers
     tiers = plan.boundary_tiers
-    w, g, fwd = costs.weight_bytes, costs.grad_bytes, costs.fwd_time
+    w, g, fwd = costs.link_weight_bytes, costs.link_grad_bytes, costs.fwd_time  # the links' bytes
     resident = [l >= num_layers - plan.resident_tail for l in range(num_layers)]
     off = offloaded_residuals(plan)
     r = costs.residual_bytes

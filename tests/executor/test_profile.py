@@ -29,11 +29,16 @@ def test_profile_measures_and_plans_for_this_machine():
     # their own measured rate (the layers as timed)
     assert costs.opt_params is not None and costs.optimizer_params[1:-1] == tuple(map(float, costs.num_params[1:-1]))
     assert costs.optimizer_params[0] > 0 and costs.optimizer_params[-1] > 0
+    # the head's own upload and gradient download, timed against the link probe's rate
+    assert len(costs.head_link_factor) == 2 and all(np.isfinite(f) and f > 0 for f in costs.head_link_factor)
+    assert costs.link_weight_bytes[-1] == costs.weight_bytes[-1] * costs.head_link_factor[0]
+    assert type(costs).from_dict(costs.to_dict()) == costs
     other_costs, other = lt.profile(model, 2, 16, stream_dtype="float32", device_memory=5e6, repeats=1,
                                     link_bytes=1 << 20, disk_bytes=1 << 20)
     assert other_costs.batch_size == 2 and other_costs.fwd_time != costs.fwd_time
     for name in ("h2d_bw", "d2h_bw", "nvme_read_bw", "nvme_write_bw", "host_opt_rate"):  # not per shape
         assert getattr(other, name) == getattr(hw, name), name
+    assert other_costs.head_link_factor == costs.head_link_factor
     plan = lt.plan(costs, hw)
     assert plan.fits() and plan.predicted_peak_device_bytes <= 5e6
     batch = tiny_batch(model, 0, batch=4)

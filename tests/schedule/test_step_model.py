@@ -31,6 +31,8 @@ def random_instance(rng, num_layers, roomy=True):
         opt = list(map(float, costs.num_params))
         opt[0], opt[-1] = 3.0 * opt[0], 2.0 * opt[-1]
         costs = dataclasses.replace(costs, opt_params=opt)
+    if L % 3 == 0:  # as lt.profile measures them: the head's arrays (a tied table) slower on the links
+        costs = dataclasses.replace(costs, head_link_factor=(1 + L / 4, 1 + L / 2))
     return costs, hw
 
 
@@ -215,3 +217,31 @@ def test_tight_budgets_randomized():
         assert p.predicted_step_time_s == pytest.approx(timing.step_time(costs, tight, p), rel=1e-12)
     assert solved >= 25 and infeasible >= 10  # both sides of the frontier were exercised
     print(f"{solved} solved, {infeasible} infeasible in {time.perf_counter() - t0:.1f} s")
+
+
+def test_the_head_link_factor_scales_the_heads_transfers_only():
+    """``Costs.head_link_factor`` (measured by lt.profile) multiplies the seconds of the head's weight
+    upload and gradient download in every consumer of the step model: the transfers, the timing
+    model, the simulator, the MILP with the plan fixed and the lower bound; memory is unchanged."""
+    from lazytrain_jax.schedule.bounds import lower_bound
+    costs = synthetic_costs(num_layers=4, weight_bytes=0.2e9, boundary_bytes=1e7, fwd_time=0.01,
+                            head_bytes=1e9, head_time=0.02)
+    hw = Hardware(device_memory=80e9, h2d_bw=10e9, d2h_bw=10e9, device_flops=1e14, host_opt_rate=1e12)
+    slow = dataclasses.replace(costs, head_link_factor=(3.0, 5.0))
+    plans = {c: Plan.create(c, hw, name="x", boundary_tiers=["device"] * 5) for c in (costs, slow)}
+    moved = {c: {(t.kind, steps.items(c, p)[t.item].name): t.amount for t in steps.transfers(c, p)}
+             for c, p in plans.items()}
+    assert moved[slow][("weights", "FH")] == 3.0 * moved[costs][("weights", "FH")] == 3e9
+    assert moved[slow][("grads", "FH")] == 5.0 * moved[costs][("grads", "FH")]
+    assert {k: v for k, v in moved[slow].items() if k[1] != "FH"} == {k: v for k, v in moved[costs].items() if k[1] != "FH"}
+    fast, heavy = plans[costs], plans[slow]
+    # the head's upload (0.1 s at the link's rate) and its gradient's download each have a window of
+    # their own beside 10-20 ms of compute: both exposed, 2x and 4x their link time more
+    extra = 2 * costs.weight_bytes[-1] / hw.h2d_bw + 4 * costs.grad_bytes[-1] / hw.d2h_bw
+    assert costs.grad_bytes[-1] > 0 and extra > 0.3
+    assert heavy.predicted_step_time_s == pytest.approx(fast.predicted_step_time_s + extra, rel=1e-6)
+    assert heavy.predicted_peak_device_bytes == fast.predicted_peak_device_bytes
+    assert simulate(heavy, num_steps=2).step_time_s == pytest.approx(heavy.predicted_step_time_s, rel=1e-9)
+    assert fixed_milp_value(heavy, 4, 4) == pytest.approx(heavy.predicted_step_time_s, rel=1e-5)
+    assert lower_bound(slow, hw)["total"] > lower_bound(costs, hw)["total"]
+    assert lower_bound(slow, hw)["total"] <= heavy.predicted_step_time_s * (1 + 1e-9)
