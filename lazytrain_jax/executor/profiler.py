@@ -373,11 +373,11 @@ def profile(model_or_config, batch_size: int, seq_len: int, *, num_micro_batches
     the host store's memory kind and the device, and the head unit's own upload and gradient
     download against that rate (``Costs.head_link_factor``: a tied table is one large array);
     NVMe read/write bandwidth in ``offload_dir``; the host optimizer's parameters per second. The
-    layer times are cached per (model shape, shapes, dtype, backend, repeats), the rates, which do not depend on the batch, per (model shape, dtype,
-    backend, offload_dir, repeats, probe sizes): every shape profiled in a process plans with the
-    same rates. On the CPU backend the Hardware says ``host_shares_device``: the host optimizer, the copies and the
-    "device" compute run on the same cores, so the step model adds their times instead of
-    overlapping them.
+    layer times are cached per (model shape, shapes, dtype, backend, repeats), the rates, which do
+    not depend on the batch, per (model shape, dtype, backend, offload_dir, repeats, probe sizes):
+    every shape profiled in a process plans with the same rates. On the CPU backend the Hardware
+    says ``host_shares_device``: the host optimizer, the copies and the "device" compute run on the
+    same cores, so the step model adds their times instead of overlapping them.
     The layer, head, embedding-backward and H2D/D2H timings follow ``PROFILE_WARMUP`` untimed
     rounds (the host optimizer's follow two untimed calls; the NVMe write and read are timed once),
     and the host allocator is set as the engine sets it (``host_alloc.keep_host_blocks_once``), so a
