@@ -127,12 +127,16 @@ def reexec_with_huge_pages(*, execve=os.execve) -> bool:
     """
     env = os.environ
     if env.get(HUGE_PAGES_ENV, "1") == "0" or env.get(_REEXEC_MARK) or huge_pages_on(env) or \
-            not huge_pages_supported() or not runs_as_program():
+            not huge_pages_supported() or not sys.executable or not runs_as_program():
         return False
     tunables = ":".join(t for t in (env.get("GLIBC_TUNABLES"), HUGE_PAGES_TUNABLE) if t)
     for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    execve(sys.executable, list(sys.orig_argv), {**env, "GLIBC_TUNABLES": tunables, _REEXEC_MARK: "1"})
+        if stream is not None:
+            stream.flush()
+    try:
+        execve(sys.executable, list(sys.orig_argv), {**env, "GLIBC_TUNABLES": tunables, _REEXEC_MARK: "1"})
+    except OSError:  # the interpreter cannot be started again: run on without huge pages
+        return False
     return True
 
 

@@ -222,3 +222,16 @@ def test_the_engine_hints_for_a_large_table_only():
     largest = max(4 * int(np.prod(x.shape)) for x in __import__("jax").tree.leaves(model.params))
     assert seen == [largest]
     assert not [w for w in caught if "GLIBC_TUNABLES" in str(w.message)]
+
+
+def test_reexec_runs_on_where_the_interpreter_cannot_be_started_again(monkeypatch):
+    from lazytrain_jax import host_alloc
+    monkeypatch.setattr(host_alloc, "huge_pages_supported", lambda: True)
+    for k in ("LAZYTRAIN_HUGE_PAGES", "LAZYTRAIN_REEXEC_HUGE_PAGES", "GLIBC_TUNABLES"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(sys, "orig_argv", ["python", "prog.py"])
+    monkeypatch.setattr(sys, "argv", ["prog.py"])
+
+    def failing(*_):
+        raise PermissionError("not allowed")
+    assert not host_alloc.reexec_with_huge_pages(execve=failing)
