@@ -239,7 +239,8 @@ class Costs:
                     stream_dtype=self.stream_dtype, source=self.source,
                     total_params=self.total_params(), weight_bytes=sum(self.weight_bytes),
                     boundary_bytes=sum(self.boundary_bytes), fwd_time=sum(self.fwd_time),
-                    bwd_time=sum(self.bwd_time), bwd_recompute_time=sum(self.bwd_recompute_time))
+                    bwd_time=sum(self.bwd_time), bwd_recompute_time=sum(self.bwd_recompute_time),
+                    head_link_factor=self.head_link_factor)
 
 
 def config_fingerprint(config) -> str:
