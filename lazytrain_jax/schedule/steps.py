@@ -44,6 +44,7 @@ the search (``search.py``) evaluates the same windows incrementally.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from typing import Sequence
 
 from lazytrain_jax.schedule.memory import OFFLOAD_TIERS, offloaded_residuals, segments
@@ -291,39 +292,44 @@ def windows(costs, hardware, plan) -> list[Window]:
     seq = items(costs, plan)
     rate = rates(hardware)
     shared = hardware.host_shares_device
-    by_deadline: dict[int, list] = {}
-    pending = {ch: [] for ch in TRANSFER_CHANNELS}   # [remaining, transfer] released, due later
-    left = {}
     todo = transfers(costs, plan, seq)
+    left = [t.amount for t in todo]
+    by_deadline: list[list[int]] = [[] for _ in seq]
+    for i, t in enumerate(todo):
+        by_deadline[t.deadline].append(i)
+    # released transfers not yet done, per channel, earliest deadline first (then item, then release
+    # order): a heap of (deadline, item, index); those finished are dropped when they reach the top
+    pending: dict[str, list] = {ch: [] for ch in TRANSFER_CHANNELS}
     nxt = 0
     out = []
-    for t in todo:
-        by_deadline.setdefault(t.deadline, []).append(t)
-        left[id(t)] = t.amount
     for k, it in enumerate(seq):
         while nxt < len(todo) and todo[nxt].release <= k:
-            pending[todo[nxt].channel].append(todo[nxt])
+            t = todo[nxt]
+            heapq.heappush(pending[t.channel], (t.deadline, t.item, nxt))
             nxt += 1
         due = dict.fromkeys(TRANSFER_CHANNELS, 0.0)
-        for t in by_deadline.get(k, ()):
-            due[t.channel] += left[id(t)]
-            left[id(t)] = 0.0
-        busy = {ch: due[ch] / rate[ch] for ch in TRANSFER_CHANNELS}
+        for i in by_deadline[k]:
+            due[todo[i].channel] += left[i]
+            left[i] = 0.0
+        busy = [due[ch] / rate[ch] for ch in TRANSFER_CHANNELS]
         # shared cores: the loads run one after another, and no idle time is left to prefetch in
-        time = it.compute + sum(busy.values()) if shared else max([it.compute] + list(busy.values()))
+        time = it.compute + sum(busy) if shared else max([it.compute] + busy)
         done = dict(due)
-        for ch in TRANSFER_CHANNELS:
-            room = 0.0 if shared else time * rate[ch] - due[ch]
-            queue = [t for t in pending[ch] if left[id(t)] > 0.0]
-            queue.sort(key=lambda t: (t.deadline, t.item))
-            pending[ch] = queue
-            for t in queue:
-                if room <= 0.0:
-                    break
-                take = min(room, left[id(t)])
-                left[id(t)] -= take
-                room -= take
-                done[ch] += take
+        if not shared:
+            for ch in TRANSFER_CHANNELS:
+                room = time * rate[ch] - due[ch]
+                heap = pending[ch]
+                while heap and room > 0.0:
+                    i = heap[0][2]
+                    if left[i] <= 0.0:
+                        heapq.heappop(heap)
+                        continue
+                    take = min(room, left[i])
+                    left[i] -= take
+                    room -= take
+                    done[ch] += take
+                    if left[i] <= 0.0:
+                        heapq.heappop(heap)
         seconds = {"compute": it.compute}
         seconds.update({ch: done[ch] / rate[ch] for ch in TRANSFER_CHANNELS})
         out.append(Window(item=it, seconds=seconds, bytes=done, shared=shared))
