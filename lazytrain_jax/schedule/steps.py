@@ -296,7 +296,8 @@ def windows(costs, hardware, plan) -> list[Window]:
     left = [t.amount for t in todo]
     by_deadline: list[list[int]] = [[] for _ in seq]
     for i, t in enumerate(todo):
-        by_deadline[t.deadline].append(i)
+        if t.deadline < len(seq):  # (every transfer is due within the step; a later one never forced)
+            by_deadline[t.deadline].append(i)
     # released transfers not yet done, per channel, earliest deadline first (then item, then release
     # order): a heap of (deadline, item, index); those finished are dropped when they reach the top
     pending: dict[str, list] = {ch: [] for ch in TRANSFER_CHANNELS}
