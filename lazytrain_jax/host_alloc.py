@@ -95,6 +95,12 @@ def huge_pages_on(environ=None) -> bool:
     return HUGE_PAGES_TUNABLE in environ.get("GLIBC_TUNABLES", "").split(":")
 
 
+def _huge_pages_wanted(environ) -> bool:
+    """Huge pages would be new here: not opted out (``LAZYTRAIN_HUGE_PAGES=0``), not on already, and
+    supported (the gate :func:`reexec_with_huge_pages` and :func:`hint_huge_pages` share)."""
+    return environ.get(HUGE_PAGES_ENV, "1") != "0" and not huge_pages_on(environ) and huge_pages_supported()
+
+
 def runs_as_program(orig_argv=None, argv=None) -> bool:
     """Whether the interpreter's command line (``sys.orig_argv``) started the program now running
     (``sys.argv``): ``python prog.py ARGS``, an installed script, or ``python -m pkg.mod ARGS``. Not
@@ -126,8 +132,7 @@ def reexec_with_huge_pages(*, execve=os.execve) -> bool:
       ...     main()
     """
     env = os.environ
-    if env.get(HUGE_PAGES_ENV, "1") == "0" or env.get(_REEXEC_MARK) or huge_pages_on(env) or \
-            not huge_pages_supported() or not sys.executable or not runs_as_program():
+    if env.get(_REEXEC_MARK) or not _huge_pages_wanted(env) or not sys.executable or not runs_as_program():
         return False
     tunables = ":".join(t for t in (env.get("GLIBC_TUNABLES"), HUGE_PAGES_TUNABLE) if t)
     for stream in (sys.stdout, sys.stderr):
@@ -149,8 +154,7 @@ def hint_huge_pages(largest_block_bytes: float) -> bool:
     huge pages supported here, the process started without them and ``LAZYTRAIN_HUGE_PAGES`` not
     ``0``. Returns whether it warned. ``lt.StreamingEngine`` calls it with the model's largest fp32
     tensor."""
-    if _HINTED or largest_block_bytes <= MMAP_THRESHOLD_MAX or os.environ.get(HUGE_PAGES_ENV, "1") == "0" or \
-            huge_pages_on() or not huge_pages_supported():
+    if _HINTED or largest_block_bytes <= MMAP_THRESHOLD_MAX or not _huge_pages_wanted(os.environ):
         return False
     _HINTED.append(True)
     import warnings

@@ -85,11 +85,23 @@ print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0))
 """
 
 
+HUGE_PAGE_VARS = ("GLIBC_TUNABLES", "LAZYTRAIN_HUGE_PAGES", "LAZYTRAIN_REEXEC_HUGE_PAGES")
+
+
 def _clean_env(**extra):
+    """This process's environment without the huge-page variables, plus ``extra`` (for a child)."""
     import os
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("GLIBC_TUNABLES", "LAZYTRAIN_HUGE_PAGES", "LAZYTRAIN_REEXEC_HUGE_PAGES")}
+    env = {k: v for k, v in os.environ.items() if k not in HUGE_PAGE_VARS}
     return {**env, **extra}
+
+
+def _isolated(monkeypatch, supported=True):
+    """host_alloc with the huge-page variables unset here and ``huge_pages_supported`` fixed."""
+    from lazytrain_jax import host_alloc
+    monkeypatch.setattr(host_alloc, "huge_pages_supported", lambda: supported)
+    for k in HUGE_PAGE_VARS:
+        monkeypatch.delenv(k, raising=False)
+    return host_alloc
 
 
 def test_huge_pages_cut_the_page_faults_of_a_large_block():
@@ -121,10 +133,7 @@ def test_the_command_starts_itself_again_with_huge_pages_unless_told_not_to(opt_
 
 
 def test_reexec_keeps_the_arguments_and_other_tunables(monkeypatch):
-    from lazytrain_jax import host_alloc
-    monkeypatch.setattr(host_alloc, "huge_pages_supported", lambda: True)
-    for k in ("LAZYTRAIN_HUGE_PAGES", "LAZYTRAIN_REEXEC_HUGE_PAGES"):
-        monkeypatch.delenv(k, raising=False)
+    host_alloc = _isolated(monkeypatch)
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
     monkeypatch.setattr(sys, "orig_argv", ["python", "-X", "faulthandler", "prog.py", "--flag", "x"])
     monkeypatch.setattr(sys, "argv", ["prog.py", "--flag", "x"])
@@ -143,11 +152,7 @@ def test_reexec_keeps_the_arguments_and_other_tunables(monkeypatch):
 
 @pytest.mark.parametrize("case", ["opt_out", "already_on", "unsupported"])
 def test_reexec_does_nothing_where_it_should_not(monkeypatch, case):
-    from lazytrain_jax import host_alloc
-    monkeypatch.setattr(host_alloc, "huge_pages_supported", lambda: case != "unsupported")
-    monkeypatch.delenv("LAZYTRAIN_REEXEC_HUGE_PAGES", raising=False)
-    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
-    monkeypatch.delenv("LAZYTRAIN_HUGE_PAGES", raising=False)
+    host_alloc = _isolated(monkeypatch, supported=case != "unsupported")
     if case == "opt_out":
         monkeypatch.setenv("LAZYTRAIN_HUGE_PAGES", "0")
     if case == "already_on":
@@ -175,11 +180,8 @@ def test_runs_as_program_tells_the_process_program_from_one_run_inside_it(orig, 
 @pytest.mark.parametrize("case", ["warns", "small", "on", "opt_out", "unsupported"])
 def test_hint_huge_pages_warns_once_where_they_would_help(monkeypatch, case):
     import warnings
-    from lazytrain_jax import host_alloc
+    host_alloc = _isolated(monkeypatch, supported=case != "unsupported")
     monkeypatch.setattr(host_alloc, "_HINTED", [])
-    monkeypatch.setattr(host_alloc, "huge_pages_supported", lambda: case != "unsupported")
-    monkeypatch.delenv("LAZYTRAIN_HUGE_PAGES", raising=False)
-    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     if case == "on":
         monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
     if case == "opt_out":
@@ -225,10 +227,7 @@ def test_the_engine_hints_for_a_large_table_only():
 
 
 def test_reexec_runs_on_where_the_interpreter_cannot_be_started_again(monkeypatch):
-    from lazytrain_jax import host_alloc
-    monkeypatch.setattr(host_alloc, "huge_pages_supported", lambda: True)
-    for k in ("LAZYTRAIN_HUGE_PAGES", "LAZYTRAIN_REEXEC_HUGE_PAGES", "GLIBC_TUNABLES"):
-        monkeypatch.delenv(k, raising=False)
+    host_alloc = _isolated(monkeypatch)
     monkeypatch.setattr(sys, "orig_argv", ["python", "prog.py"])
     monkeypatch.setattr(sys, "argv", ["prog.py"])
 
