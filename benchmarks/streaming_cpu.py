@@ -94,6 +94,8 @@ def main():
                     help="(c) plays the plan at these prefetch depths (predictions recomputed)")
     ap.add_argument("--c-rounds", type=int, default=5,
                     help="(c): rounds of (profile, two steps); the per-phase ratios are medians over them")
+    ap.add_argument("--c-plan", choices=("milp", "megatrain"), default="milp",
+                    help="the plan (c) measures per phase: the tight budget's MILP plan or megatrain(K=4)")
     ap.add_argument("--budget-slack", type=float, default=1.02,
                     help="device budget for (b): megatrain(K=4)'s predicted peak times this factor")
     args = ap.parse_args()
@@ -194,6 +196,8 @@ def main():
     # profiles the costs afresh and then measures a steady-state step (the second of two), so the
     # prediction and the measurement see the same load
     plan_c = milp if milp is not None else all_dev
+    if args.c_plan == "megatrain":
+        plan_c = mega
     if args.depths:
         plan_c = plan_c.repredict(weight_prefetch_depth=args.depths[0], act_prefetch_depth=args.depths[1],
                                   name=f"{plan_c.name}@depths{tuple(args.depths)}")
