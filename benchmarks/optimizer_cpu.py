@@ -42,6 +42,7 @@ Usage (from the repository root; ``PYTHONPATH=.`` so that this checkout is what 
     PYTHONPATH=. python benchmarks/optimizer_cpu.py --torch-python /tmp/dsenv/bin/python \
         --sizes 100M --cores 1,2
     PYTHONPATH=. python benchmarks/optimizer_cpu.py --sizes 10M --repeats 3   # quick, JAX only
+    PYTHONPATH=. python benchmarks/optimizer_cpu.py --embedding 151936x896 --repeats 7   # fp32 state
 
 Rows a peer cannot run on CPU say so (with the error) instead of a time.
 """
@@ -65,6 +66,7 @@ TRANSFORM = "adamw_8bit dynamic8: optax transform (impl='auto' = 'native')"
 # minimum bytes per parameter of one update (see the module docstring)
 LIMIT_FP32 = 4 + 16 + 12 + 2
 LIMIT_8BIT = 4 + 1 + 1 + 4 + 1 + 1 + 4 + 2
+LIMIT_FP32_STEP = 16 + 12 + 2  # the host step with fp32 moments, norm given: read p g m v, write p m v, copy
 # the optax transform as it runs here (updates returned, then apply_updates): read g for the norm;
 # XLA's update fused into p + u and the copy: read p g mc vc, write p and the bf16 copy; the state
 # kernel: read g mc vc, write mc vc (+ scales: read by both, written by the kernel: 24 / block_size)
@@ -125,6 +127,9 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
     norm_fn = jax.jit(optim.global_norm_fp32)
     hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
 
+    def fmt_of(tx):
+        return "fp32" if jax.tree.leaves(tx.init({"w": grads["w0"]}).mu)[0].dtype == jnp.float32 else "8-bit"
+
     def make_fused(tx, norm_given, impl="xla", reuse_copy=True):
         """The host executor's path: begin_step + fused_layer_step (donated master, state; the
         previous copy donated too, unless ``reuse_copy`` is False: a fresh copy buffer per step)."""
@@ -135,7 +140,8 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
                                                                st.nu_scales), "copy": None}
         info0, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
         # XLA's cost analysis does not see inside the native custom call: its own traffic instead
-        nbytes = (LIMIT_8BIT + 16 / 256) * num_params if impl == "native" else _hlo_bytes(
+        own = LIMIT_FP32_STEP if fmt_of(tx) == "fp32" else LIMIT_8BIT + 16 / 256
+        nbytes = own * num_params if impl == "native" else _hlo_bytes(
             jax.jit(functools.partial(optim.fused_layer_step, impl="xla")), box["master"], grads, box["moments"], info0, hp)
         if not norm_given:
             nbytes += _hlo_bytes(norm_fn, grads)
@@ -167,9 +173,10 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
                 methods[f"adamw_8bit {fmt}: optax transform (impl='auto' = 'xla')"] = (
                     *make(tx), bpp)
             methods[f"adamw_8bit {fmt}: fused_layer_step"] = (*make_fused(tx, False), bpp)
-        if fmt != "fp32":
-            methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (
-                *make_fused(tx, True), bpp)
+        methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (*make_fused(tx, True), bpp)
+        if fmt == "fp32" and native.available():  # fp32 moments: the kernel's one-pass fp32 loop
+            methods[f"adamw_8bit {fmt}: fused_layer_step, norm given, native"] = (
+                *make_fused(tx, True, "native"), bpp)
         if fmt == "dynamic8" and native.available():
             methods[NATIVE] = (*make_fused(tx, True, "native"), bpp)
             if not fused_only:
@@ -371,6 +378,40 @@ def _print_table(rows, num_params, n):
               f"| {hlo_txt:>11} | {bpp:13.3f} |")
 
 
+def embedding_step(vocab: int, hidden: int, repeats: int) -> None:
+    """The host step of one embedding whose Adam state ``adamw_8bit``'s default policy keeps in fp32
+    (``fp32_state_filter``), as the executor runs it (norm given, the previous copy donated): the
+    XLA path against the native kernel's fp32 loop, interleaved medians."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from lazytrain_jax import optim
+    from lazytrain_jax.executor.profiler import median_seconds_interleaved
+    from lazytrain_jax.optim import native
+
+    hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
+    rng = np.random.default_rng(0)
+    g = {"embed": jnp.asarray(rng.standard_normal((vocab, hidden), dtype=np.float32) * 1e-3)}
+    info, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
+    impls = ("xla", "native") if native.available() else ("xla",)
+    boxes = {}
+    for impl in impls:
+        master = {"embed": jnp.asarray(rng.standard_normal((vocab, hidden), dtype=np.float32) * 0.02)}
+        boxes[impl] = [master, optim.layer_moments(optim.adamw_8bit(1e-3).init(master)), None]
+        assert boxes[impl][1].mu["embed"].dtype == jnp.float32  # the default policy's fp32 state
+
+    def run(impl):
+        b = boxes[impl]
+        b[0], b[2], b[1] = optim.fused_layer_step(b[0], g, b[1], info, hp, impl=impl, copy=b[2])
+        return b
+    t = median_seconds_interleaved({i: (lambda i=i: run(i)) for i in impls}, repeats=repeats, warmup=2)
+    n = vocab * hidden
+    print(f"embedding {vocab} x {hidden} ({n / 1e6:.1f}M parameters, fp32 Adam state), one host step: "
+          + "; ".join(f"{i} {t[i] * 1e3:.1f} ms ({n / t[i] / 1e9:.2f} G params/s)" for i in impls)
+          + ("" if len(impls) > 1 else f" (native kernel not run: {native.unavailable_reason()})"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10M,100M")
@@ -378,6 +419,9 @@ def main() -> None:
     ap.add_argument("--formats", default="dynamic8")
     ap.add_argument("--torch-python", default=None, help="python of the torch/deepspeed venv")
     ap.add_argument("--cores", default="", help="e.g. 1,2: params/s pinned to that many cores")
+    ap.add_argument("--embedding", default=None, metavar="VOCABxHIDDEN",
+                    help="only the host step of one embedding with fp32 Adam state, e.g. 151936x896 "
+                         "(qwen2.5-0.5b's): XLA against the native kernel")
     ap.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--only", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--torch-worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -387,6 +431,10 @@ def main() -> None:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.pin])
     if args.torch_worker is not None:
         torch_worker(args.torch_worker, args.only)
+        return
+    if args.embedding is not None:
+        vocab, hidden = (int(x) for x in args.embedding.lower().split("x"))
+        embedding_step(vocab, hidden, args.repeats)
         return
     if args.fused_worker is not None:
         rows, num_params = _time_jax(args.fused_worker, ["dynamic8"], args.repeats, True)

@@ -277,8 +277,8 @@ FP32_STATE_PROBE_PARAMS = 64 << 20  # elements of the fp32-state update's probe 
 
 def _measure_fp32_state_rate(cfg, host_sharding, stream_dtype, repeats: int) -> float:
     """Parameters per second of the per-unit update of a tensor whose Adam state stays fp32 under
-    ``adamw_8bit``'s default policy (the embedding's and an LM head's: the XLA path, not the native
-    kernel), timed as the engine runs unit 0 on an embedding of at most
+    ``adamw_8bit``'s default policy (the embedding's and an LM head's: the native kernel's fp32
+    loop where it is built, else the XLA path), timed as the engine runs unit 0 on an embedding of at most
     ``FP32_STATE_PROBE_PARAMS`` elements (whole rows), after two untimed calls, each timed call
     with its buffers out of the caches where the model's optimizer traffic exceeds them."""
     rows = max(1, min(cfg.vocab_size, FP32_STATE_PROBE_PARAMS // cfg.hidden_size))

@@ -146,8 +146,8 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
       decay_mask: alternatively, a tree of Python bools matching ``master`` (the unit's slice of
         ``AdamW8bitConfig.decay_mask(params)``); static. Not both.
       impl: as in ``adamw_8bit``: ``"auto"`` (default), ``"native"`` (the one-pass C++ kernel
-        of ``native.py`` for fp32 masters with dynamic8 state, the cores shared between the
-        tensors, ``native.thread_shares``; other tensors take the XLA path) or ``"xla"``. With
+        of ``native.py`` for fp32 masters with dynamic8 or fp32 state, the cores shared between
+        the tensors, ``native.thread_shares``; other tensors take the XLA path) or ``"xla"``. With
         ``"xla"`` here and in the transform the results equal the transform's update bit for bit;
         the native kernel computes the update itself, so it agrees with the transform (whose
         update is XLA's) to fp32 rounding.
@@ -193,7 +193,7 @@ def _fused_layer_step(master, grads, moments, step, hp, copy=None, *, block_size
     # the previous copy, donated: each tensor's new copy is written into its buffer
     old_copies = treedef.flatten_up_to(copy) if copy is not None else [None] * len(leaves)
     fast_ok = [impl == "native" and native.supports(p, g, mu, block_size=block_size,
-                                                    copy_dtype=copy_dtype, hp=hp)
+                                                    copy_dtype=copy_dtype, hp=hp, fp32_state=True)
                for p, g, mu in zip(leaves, g_leaves, state[0])]
     threads = native.thread_shares([p.size if ok else 0 for p, ok in zip(leaves, fast_ok)])
     outs = []

@@ -18,13 +18,15 @@ def assert_params_agree(a, b, max_abs: float):
 
 
 def assert_state_agrees(a, b):
-    """Adam states (``mu``, ``nu``, scales): fp32 moments equal (XLA runs them on both sides),
-    8-bit codes at most 2 steps apart on under 0.1 % of elements, scales within fp32 rounding."""
+    """Adam states (``mu``, ``nu``, scales): fp32 moments within fp32 rounding (a few ulp, and
+    1e-6 of the tensor's largest value where a moment passes near zero), 8-bit codes at most 2
+    steps apart on under 0.1 % of elements, scales within fp32 rounding."""
     for name in ("mu", "nu"):
         for x, y in zip(jax.tree.leaves(getattr(a, name)), jax.tree.leaves(getattr(b, name)),
                         strict=True):
             if x.dtype == jnp.float32:
-                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+                y32 = np.asarray(y)
+                np.testing.assert_allclose(np.asarray(x), y32, rtol=1e-5, atol=1e-6 * np.abs(y32).max())
                 continue
             d = np.abs(np.asarray(x, np.int32) - np.asarray(y, np.int32))
             assert d.max() <= 2 and np.mean(d > 0) < 1e-3, name

@@ -50,19 +50,49 @@ def test_native_matches_xla_on_a_real_layer_to_rounding():
     steps.append((steps[0][0], jnp.float32(np.nan)))  # a skipped step
     xm, xc, xmom = _run("xla", layer, moments, steps)
     nm, nc, nmom = _run("native", layer, moments, steps)
-    num_8bit = 0
-    for x, n, mu in zip(jax.tree.leaves(xm), jax.tree.leaves(nm), jax.tree.leaves(xmom.mu)):
-        if mu.dtype == jnp.float32:  # fp32-state tensors (norms) take the XLA path: identical
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(n))
-        else:
-            num_8bit += 1
-    assert num_8bit == 7  # q, k, v, o, gate, up, down
+    num_8bit = sum(mu.dtype != jnp.float32 for mu in jax.tree.leaves(xmom.mu))
+    num_fp32 = sum(mu.dtype == jnp.float32 for mu in jax.tree.leaves(xmom.mu))
+    assert (num_8bit, num_fp32) == (7, 4)  # q, k, v, o, gate, up, down; the four norms (fp32 state)
+    # every tensor on the kernel's side changed from the start, fp32-state ones included
+    for x, n, p0 in zip(jax.tree.leaves(xm), jax.tree.leaves(nm), jax.tree.leaves(layer)):
+        assert not np.array_equal(np.asarray(n), np.asarray(p0))
     # fp32 rounding (divisions, FMA contraction) and rare codes one step apart
     agree.assert_params_agree(nm, xm, max_abs=0.05 * LR)
     agree.assert_state_agrees(nmom, xmom)
     # the streaming copy is the new master rounded to bf16, in both
     for m, c in zip(jax.tree.leaves(nm), jax.tree.leaves(nc)):
         np.testing.assert_array_equal(np.asarray(c), np.asarray(m.astype(jnp.bfloat16)))
+
+
+def test_fp32_moments_natively_match_xla_to_rounding():
+    """Tensors whose Adam state ``fp32_state_filter`` keeps in fp32 (an embedding, by default) take
+    the one-pass fp32 loop: with and without weight decay, any size, clipped, unclipped and
+    skipped steps, the same master and moments as the XLA path to fp32 rounding."""
+    layer = {"embed": jnp.asarray(np.random.default_rng(0).standard_normal((1000, 37)).astype(np.float32) * 0.02),
+             "norm": jnp.ones((37,), jnp.float32)}
+    moments = optim.layer_moments(optim.adamw_8bit(LR, fp32_state_filter=lambda path, leaf: True).init(layer))
+    assert all(mu.dtype == jnp.float32 for mu in jax.tree.leaves(moments.mu))
+    steps = []
+    for i in range(5):
+        g = _grads(layer, 10 + i, 1.0 if i % 2 == 0 else 1e-3)
+        steps.append((g, optim.global_norm_fp32(g)))
+    steps.insert(3, (steps[0][0], jnp.float32(np.nan)))  # a skipped step in the middle
+    for decay in (True, False):
+        hp = HP if decay else optim.AdamHyperparams(0.9, 0.99, 1e-8, LR, 0.0)
+        out = {}
+        for impl in ("xla", "native"):
+            master, mom = jax.tree.map(jnp.copy, layer), jax.tree.map(jnp.copy, moments)
+            count = 0
+            for g, norm in steps:
+                info, count, _ = optim.begin_step(count, 0, norm, 0.5)
+                master, copy, mom = optim.fused_layer_step(master, g, mom, info, hp, impl=impl)
+            out[impl] = (master, copy, mom)
+        (xm, _, xmom), (nm, nc, nmom) = out["xla"], out["native"]
+        agree.assert_params_agree(nm, xm, max_abs=1e-3 * LR)
+        agree.assert_state_agrees(nmom, xmom)
+        for m, c in zip(jax.tree.leaves(nm), jax.tree.leaves(nc)):
+            np.testing.assert_array_equal(np.asarray(c), np.asarray(m.astype(jnp.bfloat16)))
+        assert not np.array_equal(np.asarray(nm["embed"]), np.asarray(layer["embed"]))
 
 
 def test_native_skipped_step_leaves_state_and_donates():
@@ -109,9 +139,9 @@ def test_previous_copy_is_donated_and_holds_the_new_one(impl):
         count = int(new_count)
         assert all(x.is_deleted() for x in jax.tree.leaves(old))
         if impl == "native":
-            for (k, x), mu in zip(jax.tree_util.tree_leaves_with_path(copy), jax.tree.leaves(mom.mu)):
-                if mu.dtype != jnp.float32:  # the 8-bit tensors: the kernel's call wrote in place
-                    assert x.unsafe_buffer_pointer() == where[k], k
+            for k, x in jax.tree_util.tree_leaves_with_path(copy):
+                # 8-bit and fp32-state tensors alike: the kernel's call wrote in place
+                assert x.unsafe_buffer_pointer() == where[k], k
     for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves((master, copy, mom))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -266,19 +296,26 @@ def test_accelerator_lowering_takes_the_xla_path_without_float8():
     assert "f8E4M3" not in gpu  # dynamic8 codes (int8/uint8), no float8 conversions
 
 
-def test_host_step_with_previous_copy_lowers_natively_on_cpu_only():
-    """With a previous copy the CPU lowering calls the kernel's in-place-copy target; an
-    accelerator's lowering takes the XLA path (no custom call)."""
+@pytest.mark.parametrize("fp32_state", [False, True])
+def test_host_step_with_previous_copy_lowers_natively_on_cpu_only(fp32_state):
+    """With a previous copy the CPU lowering calls the kernel's in-place-copy target (the 8-bit
+    loop's, or the fp32 moments' for a tensor whose state ``fp32_state_filter`` keeps in fp32);
+    an accelerator's lowering takes the XLA path (no custom call)."""
     from lazytrain_jax.optim import layerwise
-    params = {"w": jnp.ones((64, 256), jnp.float32)}
-    state = optim.adamw_8bit(LR, min_8bit_size=0).init(params)
+    # fp32 moments take any size (here not whole blocks); dynamic8 ones whole blocks
+    params = {"w": jnp.ones((64, 250 if fp32_state else 256), jnp.float32)}
+    keep = (lambda path, leaf: True) if fp32_state else "none"
+    moments = optim.layer_moments(optim.adamw_8bit(LR, min_8bit_size=0, fp32_state_filter=keep).init(params))
+    assert (moments.mu["w"].dtype == jnp.float32) == fp32_state
     info, _, _ = optim.begin_step(0, 0, jnp.float32(1.0), 1.0)
-    copy = {"w": jnp.ones((64, 256), jnp.bfloat16)}
-    traced = layerwise._fused_layer_step.trace(params, params, optim.layer_moments(state), info, HP, copy,
+    copy = jax.tree.map(lambda x: jnp.ones(x.shape, jnp.bfloat16), params)
+    traced = layerwise._fused_layer_step.trace(params, params, moments, info, HP, copy,
                                                block_size=256, copy_dtype=jnp.bfloat16, decay=(True,),
                                                impl="native")
     cpu, gpu = _lowered_for_cpu_and_cuda(traced)
-    assert native.INTO_TARGET in cpu
+    target = native.F32_INTO_TARGET if fp32_state else native.INTO_TARGET
+    other = native.INTO_TARGET if fp32_state else native.F32_INTO_TARGET
+    assert f"@{target}(" in cpu and f"@{other}(" not in cpu
     assert "custom_call" not in gpu
 
 
