@@ -14,4 +14,8 @@ timeout 60 python benchmarks/transfer_paths.py --mb 256 --pieces 8 --repeats 5 |
 echo "with GLIBC_TUNABLES=glibc.malloc.hugetlb=1:"
 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 timeout 60 python benchmarks/transfer_paths.py --mb 256 --pieces 8 --repeats 5 \
   || echo "transfer_paths (huge pages) failed or timed out"
+# the host step of the tied embedding (fp32 Adam state by default) on this host's CPU: XLA against
+# the native kernel's fp32 loop (the first forward item waits for it every step)
+JAX_PLATFORMS=cpu timeout 60 python benchmarks/optimizer_cpu.py --embedding 151936x2048 --repeats 5 \
+  || echo "optimizer_cpu --embedding failed or timed out"
 timeout "${CHECK_TIMEOUT:-420}" python benchmarks/gpu_check.py --preset "${PRESET:-qwen2.5-3b}" --batch "${BATCH:-4}" --seq "${SEQ:-1024}" --budget-gb "${BUDGET_GB:-24}" --trace-dir "${TRACE_DIR:-}"
