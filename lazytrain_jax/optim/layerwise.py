@@ -179,8 +179,10 @@ def fused_layer_step(master, grads, moments: LayerMoments, step: StepInfo, hp: A
                       for path, p in leaves)
     else:
         decay = tuple(bool(d) for d in treedef.flatten_up_to(decay_mask))
-    return _fused_layer_step(master, grads, moments, step, hp, copy, block_size=block_size,
-                             copy_dtype=copy_dtype, decay=decay, impl=impl)
+    new_master, new_moments, new_copy = _fused_layer_step(master, grads, moments, step, hp, copy,
+                                                          block_size=block_size, copy_dtype=copy_dtype,
+                                                          decay=decay, impl=impl)
+    return new_master, new_copy, new_moments
 
 
 @functools.partial(jax.jit, static_argnames=("block_size", "copy_dtype", "decay", "impl"),
@@ -204,12 +206,16 @@ def _fused_layer_step(master, grads, moments, step, hp, copy=None, *, block_size
         args = (p, g, mu, nu, mu_s, nu_s) + (() if old is None else (old,))
         if ok:
             fast = functools.partial(_native_leaf_step, info=step, hp=hp, block_size=block_size, decay=d,
-                                     threads=th)
+                                     threads=th, copy_dtype=copy_dtype)
             outs.append(native.on_cpu(fast, xla, *args))
         else:
             outs.append(xla(*args))
     cols = [treedef.unflatten(list(c)) for c in zip(*outs)] if outs else [master] * 6
-    return cols[0], cols[1], LayerMoments(*cols[2:])
+    # the results in the donated arguments' order (master, moments, copy): jit gives each result
+    # the first unused donated buffer of its shape and dtype, so with the copy second an fp32 copy
+    # of a tensor with fp32 moments took m's buffer, m took v's and v the copy's, each moved by a
+    # whole-buffer copy (6 per tensor, seen in the compiled program)
+    return cols[0], LayerMoments(*cols[2:]), cols[1]
 
 
 def _native_leaf_step(p, g, mu, nu, mu_s, nu_s, old=None, **kw):

@@ -65,6 +65,7 @@ INTO_TARGET = "lazytrain_adam8bit_into_cpu"  # the host step writing its copy in
 STATE_TARGET = "lazytrain_adam8bit_state_cpu"  # the optax transform: codes and scales only
 F32_TARGET = "lazytrain_adam_f32_cpu"  # the host step of a tensor with fp32 moments
 F32_INTO_TARGET = "lazytrain_adam_f32_into_cpu"  # the same, writing its copy into the previous one's buffer
+COPY_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))  # the host step's streaming copy
 IMPLS = ("auto", "native", "xla")
 DEFAULT_IMPL = "auto"  # the optax transform and the per-unit host step alike (one default)
 _SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "adam8bit_cpu.cc")
@@ -196,12 +197,12 @@ def on_cpu(native_fn, xla_fn, *args):
 def supports(master, g, mu, *, block_size: int, hp: AdamHyperparams, copy_dtype=None,
              fp32_state: bool = False) -> bool:
     """Whether one tensor's update can run natively (else the XLA path runs it): fp32 params and
-    gradients, AdamW (a learning rate), a bf16 copy if any, and dynamic8 state in whole blocks
-    or, with ``fp32_state`` (the host step, :func:`leaf_master_step`; not the optax transform),
-    fp32 moments of any size."""
+    gradients, AdamW (a learning rate), a bf16 or fp32 copy if any, and dynamic8 state in whole
+    blocks or, with ``fp32_state`` (the host step, :func:`leaf_master_step`; not the optax
+    transform), fp32 moments of any size."""
     fmt = q.format_of(mu.dtype)
     return (master is not None and master.dtype == jnp.float32 and g.dtype == jnp.float32
-            and (copy_dtype is None or jnp.dtype(copy_dtype) == jnp.bfloat16)
+            and (copy_dtype is None or jnp.dtype(copy_dtype) in COPY_DTYPES)
             and master.size > 0 and hp.learning_rate is not None
             and ((fmt == "dynamic8" and master.size % block_size == 0)
                  or (fmt == "fp32" and fp32_state and mu.dtype == jnp.float32)))
@@ -266,7 +267,7 @@ def leaf_update(g, p, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *
 
 
 def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *,
-                     block_size: int, decay: bool, threads: int = 0, copy=None):
+                     block_size: int, decay: bool, threads: int = 0, copy=None, copy_dtype=jnp.bfloat16):
     """``kernel.leaf_master_step`` as one native call: ``(master, copy, mu, nu, mu_s, nu_s)``.
 
     Call inside ``jit`` with ``master``, ``mu``, ``nu`` and the scales donated (they are written
@@ -276,20 +277,24 @@ def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHype
 
     Args:
       threads: worker threads (0: one per core this process may run on).
-      copy: optionally the previous bf16 copy (donated too): the new copy is written into its
+      copy: optionally the previous copy (donated too): the new copy is written into its
         buffer, so the step maps no fresh memory (a new copy buffer is page-faulted in every step).
+      copy_dtype: the streaming copy's dtype, bf16 (rounded to nearest even) or fp32.
 
     Example:
       >>> new = leaf_master_step(p, g, mu, nu, mu_s, nu_s, info, hp, block_size=256, decay=True)
     """
-    if copy is not None and (copy.shape != master.shape or copy.dtype != jnp.bfloat16):
-        raise ValueError(f"copy: {copy.dtype}{list(copy.shape)}; expected bfloat16{list(master.shape)}")
+    copy_dtype = jnp.dtype(copy_dtype)
+    if copy_dtype not in COPY_DTYPES:
+        raise ValueError(f"copy_dtype={copy_dtype}; valid: {', '.join(map(str, COPY_DTYPES))}")
+    if copy is not None and (copy.shape != master.shape or copy.dtype != copy_dtype):
+        raise ValueError(f"copy: {copy.dtype}{list(copy.shape)}; expected {copy_dtype}{list(master.shape)}")
     if q.format_of(mu.dtype) == "fp32":
         return _fp32_master_step(master, g, mu, nu, mu_s, nu_s, info, hp, decay=decay, threads=threads,
-                                 copy=copy)
+                                 copy=copy, copy_dtype=copy_dtype)
     nb = mu_s.shape[0]
     out = (jax.ShapeDtypeStruct(master.shape, jnp.float32),
-           jax.ShapeDtypeStruct(master.shape, jnp.bfloat16),
+           jax.ShapeDtypeStruct(master.shape, copy_dtype),
            jax.ShapeDtypeStruct(mu.shape, mu.dtype), jax.ShapeDtypeStruct(nu.shape, nu.dtype),
            jax.ShapeDtypeStruct((nb,), jnp.float32), jax.ShapeDtypeStruct((nb,), jnp.float32))
     aliases = {0: 0, 2: 2, 3: 3, 4: 4, 5: 5}
@@ -305,9 +310,9 @@ def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHype
 
 
 def _fp32_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHyperparams, *, decay: bool,
-                      threads: int, copy):
+                      threads: int, copy, copy_dtype):
     """:func:`leaf_master_step` for fp32 moments: one native call (master, m and v in place)."""
-    out = (jax.ShapeDtypeStruct(master.shape, jnp.float32), jax.ShapeDtypeStruct(master.shape, jnp.bfloat16),
+    out = (jax.ShapeDtypeStruct(master.shape, jnp.float32), jax.ShapeDtypeStruct(master.shape, copy_dtype),
            jax.ShapeDtypeStruct(mu.shape, jnp.float32), jax.ShapeDtypeStruct(nu.shape, jnp.float32))
     args = [master, g, mu, nu, _scalars(info, hp)]
     aliases = {0: 0, 2: 2, 3: 3}

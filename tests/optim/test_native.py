@@ -95,6 +95,44 @@ def test_fp32_moments_natively_match_xla_to_rounding():
         assert not np.array_equal(np.asarray(nm["embed"]), np.asarray(layer["embed"]))
 
 
+@pytest.mark.parametrize("fp32_state", [False, True])
+def test_fp32_copy_natively_matches_xla(fp32_state):
+    """An fp32 streaming copy (``stream_dtype="float32"``) takes the kernel too, 8-bit and fp32
+    moments alike: the copy is the new master exactly, the master and moments agree with the XLA
+    path to fp32 rounding, and the previous copy's buffers hold the new one."""
+    from lazytrain_jax.optim import layerwise
+    layer = {"w": jnp.asarray(np.random.default_rng(3).standard_normal((64, 256)).astype(np.float32) * 0.02)}
+    keep = (lambda path, leaf: True) if fp32_state else "none"
+    moments = optim.layer_moments(optim.adamw_8bit(LR, min_8bit_size=0, fp32_state_filter=keep).init(layer))
+    assert (moments.mu["w"].dtype == jnp.float32) == fp32_state
+    steps = [(_grads(layer, 20 + i, 1.0 if i % 2 == 0 else 1e-3), None) for i in range(3)]
+    steps = [(g, optim.global_norm_fp32(g)) for g, _ in steps] + [(steps[0][0], jnp.float32(np.inf))]
+    out = {}
+    for impl in ("xla", "native"):
+        master, mom = jax.tree.map(jnp.copy, layer), jax.tree.map(jnp.copy, moments)
+        copy, count = jax.tree.map(jnp.zeros_like, layer), 0
+        for g, norm in steps:
+            info, count, _ = optim.begin_step(count, 0, norm, 0.5)
+            where = copy["w"].unsafe_buffer_pointer()
+            master, copy, mom = optim.fused_layer_step(master, g, mom, info, HP, impl=impl, copy=copy,
+                                                       copy_dtype=jnp.float32)
+            if impl == "native":
+                assert copy["w"].unsafe_buffer_pointer() == where
+            np.testing.assert_array_equal(np.asarray(copy["w"]), np.asarray(master["w"]))
+        out[impl] = (master, mom)
+    agree.assert_params_agree(out["native"][0], out["xla"][0], max_abs=0.05 * LR)
+    agree.assert_state_agrees(out["native"][1], out["xla"][1])
+    traced = layerwise._fused_layer_step.trace(layer, layer, moments, info, HP, copy, block_size=256,
+                                               copy_dtype=jnp.float32, decay=(True,), impl="native")
+    target = native.F32_INTO_TARGET if fp32_state else native.INTO_TARGET
+    lowered = traced.lower(lowering_platforms=("cpu",))
+    assert f"@{target}(" in lowered.as_text()
+    # every donated buffer keeps its role: no whole-tensor copy in the compiled step (with the
+    # copy, m and v all f32 of one shape, jit once permuted them and moved each by a copy)
+    assert not [line for line in lowered.compile().as_text().splitlines()
+                if " copy(" in line and "[64,256]" in line]
+
+
 def test_native_skipped_step_leaves_state_and_donates():
     params = lt.init_model("qwen3-debug").params
     layer = params["layers"][0]

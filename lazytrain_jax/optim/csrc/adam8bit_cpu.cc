@@ -44,6 +44,10 @@ inline uint16_t to_bf16(float x) {  // round to nearest even; NaN stays a (quiet
   return static_cast<uint16_t>(x != x ? nan : rounded);
 }
 
+// The streaming copy of the new master: bf16 (rounded to nearest even) or fp32 (the value itself).
+inline void store_copy(uint16_t* d, float x) { *d = to_bf16(x); }
+inline void store_copy(float* d, float x) { *d = x; }
+
 constexpr int64_t kChunk = 256;  // elements per pass of a block's two loops (L1-resident temporaries)
 
 // The dynamic8 codes of n elements from m, um = |m| / scale_m, uv = v / scale_v and y ~ sqrt(uv).
@@ -122,7 +126,7 @@ inline void encode_codes(int64_t n, const float* m_a, const float* um_a, const f
 // apply_updates; a u written here would be a fresh temporary, page-faulted every step).
 enum Mode { kMaster = 0, kState = 1 };
 
-template <bool kDecay, int kMode>
+template <bool kDecay, int kMode, typename CopyT>
 void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
                 const float* __restrict__ g, float* __restrict__ p, void* __restrict__ out,
                 int8_t* __restrict__ mc, uint8_t* __restrict__ vc, float* __restrict__ ms,
@@ -133,12 +137,12 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
     const float* __restrict__ gb = g + o;
     // (kState passes no p and no out: no pointer arithmetic on them)
     float* __restrict__ pb = kMode == kMaster ? p + o : nullptr;
-    uint16_t* __restrict__ cb = kMode == kMaster ? static_cast<uint16_t*>(out) + o : nullptr;
+    CopyT* __restrict__ cb = kMode == kMaster ? static_cast<CopyT*>(out) + o : nullptr;
     int8_t* __restrict__ mb = mc + o;
     uint8_t* __restrict__ vb = vc + o;
     if (s.apply == 0.0f) {  // skipped step: codes and scales kept; the host step writes the copy
       if constexpr (kMode == kMaster) {
-        for (int64_t i = 0; i < bs; ++i) cb[i] = to_bf16(pb[i]);
+        for (int64_t i = 0; i < bs; ++i) store_copy(cb + i, pb[i]);
       }
       continue;
     }
@@ -187,7 +191,7 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
           u = -s.lr * u;
           const float np = pb[i] + u;
           pb[i] = np;
-          cb[i] = to_bf16(np);
+          store_copy(cb + i, np);
         }
         // um, uv: the moments over their block scales, exactly as XLA's (x / 64) * (64 / s)
         // (a power-of-two factor moves no rounding)
@@ -210,7 +214,7 @@ int num_threads(int64_t asked) {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-template <int kMode>
+template <int kMode, typename CopyT>
 ffi::Error Run(int64_t n, int64_t block_size, bool decay, int64_t threads,
                ffi::Buffer<ffi::F32> scalars, const float* g, float* p, void* out, int8_t* mc,
                uint8_t* vc, float* ms, float* vs) {
@@ -221,7 +225,7 @@ ffi::Error Run(int64_t n, int64_t block_size, bool decay, int64_t threads,
   const int t = static_cast<int>(
       std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, nb / 64)));
   auto work = [&](int64_t lo, int64_t hi) {
-    auto* fn = decay ? &run_blocks<true, kMode> : &run_blocks<false, kMode>;
+    auto* fn = decay ? &run_blocks<true, kMode, CopyT> : &run_blocks<false, kMode, CopyT>;
     fn(lo, hi, block_size, s, g, p, out, mc, vc, ms, vs);
   };
   if (t <= 1) {
@@ -253,7 +257,7 @@ ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
                         ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
                         ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
                         ffi::Buffer<ffi::F32> scalars, ffi::ResultBuffer<ffi::F32> p,
-                        ffi::ResultBuffer<ffi::BF16> copy, ffi::ResultBuffer<ffi::S8> mc,
+                        ffi::Result<ffi::AnyBuffer> copy, ffi::ResultBuffer<ffi::S8> mc,
                         ffi::ResultBuffer<ffi::U8> vc, ffi::ResultBuffer<ffi::F32> ms,
                         ffi::ResultBuffer<ffi::F32> vs, int64_t block_size, bool decay,
                         int64_t threads) {
@@ -265,9 +269,17 @@ ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
   CopyIfNotAliased(vc->typed_data(), vc_in.typed_data(), n);
   CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
   CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
-  return Run<kMaster>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(),
-                   copy->typed_data(), mc->typed_data(), vc->typed_data(), ms->typed_data(),
-                   vs->typed_data());
+  if (copy->element_count() != static_cast<size_t>(n))
+    return ffi::Error::InvalidArgument("adam8bit: the copy's size differs");
+  if (copy->element_type() == ffi::DataType::BF16)
+    return Run<kMaster, uint16_t>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(),
+                                  copy->untyped_data(), mc->typed_data(), vc->typed_data(), ms->typed_data(),
+                                  vs->typed_data());
+  if (copy->element_type() == ffi::DataType::F32)
+    return Run<kMaster, float>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(),
+                               copy->untyped_data(), mc->typed_data(), vc->typed_data(), ms->typed_data(),
+                               vs->typed_data());
+  return ffi::Error::InvalidArgument("adam8bit: the copy must be bf16 or f32");
 }
 
 // The same, writing the copy into the buffer of the previous one (aliased to `copy`, its contents
@@ -275,13 +287,13 @@ ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
 ffi::Error Adam8bitIntoImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
                             ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
                             ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
-                            ffi::Buffer<ffi::F32> scalars, ffi::Buffer<ffi::BF16> copy_in,
-                            ffi::ResultBuffer<ffi::F32> p, ffi::ResultBuffer<ffi::BF16> copy,
+                            ffi::Buffer<ffi::F32> scalars, ffi::AnyBuffer copy_in,
+                            ffi::ResultBuffer<ffi::F32> p, ffi::Result<ffi::AnyBuffer> copy,
                             ffi::ResultBuffer<ffi::S8> mc, ffi::ResultBuffer<ffi::U8> vc,
                             ffi::ResultBuffer<ffi::F32> ms, ffi::ResultBuffer<ffi::F32> vs,
                             int64_t block_size, bool decay, int64_t threads) {
-  if (copy_in.element_count() != g.element_count())
-    return ffi::Error::InvalidArgument("adam8bit: the previous copy's size differs");
+  if (copy_in.element_count() != g.element_count() || copy_in.element_type() != copy->element_type())
+    return ffi::Error::InvalidArgument("adam8bit: the previous copy's size or type differs");
   return Adam8bitImpl(p_in, g, mc_in, vc_in, ms_in, vs_in, scalars, p, copy, mc, vc, ms, vs,
                       block_size, decay, threads);
 }
@@ -300,19 +312,19 @@ ffi::Error Adam8bitStateImpl(ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::S8> mc_in
   CopyIfNotAliased(vc->typed_data(), vc_in.typed_data(), n);
   CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
   CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
-  return Run<kState>(n, block_size, false, threads, scalars, g.typed_data(), nullptr, nullptr,
+  return Run<kState, uint16_t>(n, block_size, false, threads, scalars, g.typed_data(), nullptr, nullptr,
                      mc->typed_data(), vc->typed_data(), ms->typed_data(), vs->typed_data());
 }
 
 // fp32 moments (the state ``fp32_state_filter`` keeps in fp32: embeddings, norms, biases by
 // default): AdamW elementwise, the master in place, its bf16 copy, m and v in place. One pass:
 // read p g m v, write p copy m v (30 B/param); XLA's path takes several (kernel.leaf_update).
-template <bool kDecay>
+template <bool kDecay, typename CopyT>
 void run_fp32(int64_t lo, int64_t hi, const Scalars s, const float* __restrict__ g,
-              float* __restrict__ p, uint16_t* __restrict__ cb, float* __restrict__ m,
+              float* __restrict__ p, CopyT* __restrict__ cb, float* __restrict__ m,
               float* __restrict__ v) {
   if (s.apply == 0.0f) {  // skipped step: moments kept, the copy written
-    for (int64_t i = lo; i < hi; ++i) cb[i] = to_bf16(p[i]);
+    for (int64_t i = lo; i < hi; ++i) store_copy(cb + i, p[i]);
     return;
   }
   const float om1 = 1.0f - s.b1, om2 = 1.0f - s.b2;
@@ -325,20 +337,21 @@ void run_fp32(int64_t lo, int64_t hi, const Scalars s, const float* __restrict__
     if constexpr (kDecay) u = u + s.wd * p[i];
     const float np = p[i] + -s.lr * u;
     p[i] = np;
-    cb[i] = to_bf16(np);
+    store_copy(cb + i, np);
     m[i] = mi;
     v[i] = vi;
   }
 }
 
+template <typename CopyT>
 ffi::Error RunFp32(int64_t n, bool decay, int64_t threads, ffi::Buffer<ffi::F32> scalars,
-                   const float* g, float* p, uint16_t* copy, float* m, float* v) {
+                   const float* g, float* p, CopyT* copy, float* m, float* v) {
   const float* sc = scalars.typed_data();
   const Scalars s{sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7], sc[8]};
   constexpr int64_t kGrain = 1 << 14;  // elements a thread takes at least
   const int t = static_cast<int>(std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, n / kGrain)));
   auto work = [&](int64_t lo, int64_t hi) {
-    (decay ? &run_fp32<true> : &run_fp32<false>)(lo, hi, s, g, p, copy, m, v);
+    (decay ? &run_fp32<true, CopyT> : &run_fp32<false, CopyT>)(lo, hi, s, g, p, copy, m, v);
   };
   // split on multiples of 16 elements (whole cache lines of p, m and v per thread)
   auto edge = [&](int i) { return i == t ? n : (n * i / t) & ~int64_t{15}; };
@@ -356,7 +369,7 @@ ffi::Error RunFp32(int64_t n, bool decay, int64_t threads, ffi::Buffer<ffi::F32>
 // The host step for fp32 moments: p, m and v updated in place (aliased), bf16 copy of the new p.
 ffi::Error AdamF32Impl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::F32> m_in,
                        ffi::Buffer<ffi::F32> v_in, ffi::Buffer<ffi::F32> scalars,
-                       ffi::ResultBuffer<ffi::F32> p, ffi::ResultBuffer<ffi::BF16> copy,
+                       ffi::ResultBuffer<ffi::F32> p, ffi::Result<ffi::AnyBuffer> copy,
                        ffi::ResultBuffer<ffi::F32> m, ffi::ResultBuffer<ffi::F32> v, bool decay,
                        int64_t threads) {
   const int64_t n = g.element_count();
@@ -366,18 +379,25 @@ ffi::Error AdamF32Impl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g, ffi:
   CopyIfNotAliased(p->typed_data(), p_in.typed_data(), n);
   CopyIfNotAliased(m->typed_data(), m_in.typed_data(), n);
   CopyIfNotAliased(v->typed_data(), v_in.typed_data(), n);
-  return RunFp32(n, decay, threads, scalars, g.typed_data(), p->typed_data(),
-                 reinterpret_cast<uint16_t*>(copy->typed_data()), m->typed_data(), v->typed_data());
+  if (copy->element_count() != static_cast<size_t>(n))
+    return ffi::Error::InvalidArgument("adam fp32: the copy's size differs");
+  if (copy->element_type() == ffi::DataType::BF16)
+    return RunFp32(n, decay, threads, scalars, g.typed_data(), p->typed_data(),
+                   static_cast<uint16_t*>(copy->untyped_data()), m->typed_data(), v->typed_data());
+  if (copy->element_type() == ffi::DataType::F32)
+    return RunFp32(n, decay, threads, scalars, g.typed_data(), p->typed_data(),
+                   static_cast<float*>(copy->untyped_data()), m->typed_data(), v->typed_data());
+  return ffi::Error::InvalidArgument("adam fp32: the copy must be bf16 or f32");
 }
 
 // The same, writing the copy into the previous one's buffer (aliased to `copy`, its contents unread).
 ffi::Error AdamF32IntoImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::F32> m_in,
                            ffi::Buffer<ffi::F32> v_in, ffi::Buffer<ffi::F32> scalars,
-                           ffi::Buffer<ffi::BF16> copy_in, ffi::ResultBuffer<ffi::F32> p,
-                           ffi::ResultBuffer<ffi::BF16> copy, ffi::ResultBuffer<ffi::F32> m,
+                           ffi::AnyBuffer copy_in, ffi::ResultBuffer<ffi::F32> p,
+                           ffi::Result<ffi::AnyBuffer> copy, ffi::ResultBuffer<ffi::F32> m,
                            ffi::ResultBuffer<ffi::F32> v, bool decay, int64_t threads) {
-  if (copy_in.element_count() != g.element_count())
-    return ffi::Error::InvalidArgument("adam fp32: the previous copy's size differs");
+  if (copy_in.element_count() != g.element_count() || copy_in.element_type() != copy->element_type())
+    return ffi::Error::InvalidArgument("adam fp32: the previous copy's size or type differs");
   return AdamF32Impl(p_in, g, m_in, v_in, scalars, p, copy, m, v, decay, threads);
 }
 
@@ -399,7 +419,7 @@ auto MasterArgs(B binding) {
 template <typename B>
 auto MasterResults(B binding) {
   return std::move(binding).template Ret<ffi::Buffer<ffi::F32>>()
-      .template Ret<ffi::Buffer<ffi::BF16>>()
+      .template Ret<ffi::AnyBuffer>()
       .template Ret<ffi::Buffer<ffi::S8>>()
       .template Ret<ffi::Buffer<ffi::U8>>()
       .template Ret<ffi::Buffer<ffi::F32>>()
@@ -412,7 +432,7 @@ auto MasterResults(B binding) {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitCpu, Adam8bitImpl, MasterResults(MasterArgs(ffi::Ffi::Bind())));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitIntoCpu, Adam8bitIntoImpl,
-                              MasterResults(MasterArgs(ffi::Ffi::Bind()).Arg<ffi::Buffer<ffi::BF16>>()));
+                              MasterResults(MasterArgs(ffi::Ffi::Bind()).Arg<ffi::AnyBuffer>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitStateCpu, Adam8bitStateImpl,
                               ffi::Ffi::Bind()
@@ -442,7 +462,7 @@ auto F32Args(B binding) {
 template <typename B>
 auto F32Results(B binding) {
   return std::move(binding).template Ret<ffi::Buffer<ffi::F32>>()
-      .template Ret<ffi::Buffer<ffi::BF16>>()
+      .template Ret<ffi::AnyBuffer>()
       .template Ret<ffi::Buffer<ffi::F32>>()
       .template Ret<ffi::Buffer<ffi::F32>>()
       .template Attr<bool>("decay")
@@ -452,4 +472,4 @@ auto F32Results(B binding) {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdamF32Cpu, AdamF32Impl, F32Results(F32Args(ffi::Ffi::Bind())));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdamF32IntoCpu, AdamF32IntoImpl,
-                              F32Results(F32Args(ffi::Ffi::Bind()).Arg<ffi::Buffer<ffi::BF16>>()));
+                              F32Results(F32Args(ffi::Ffi::Bind()).Arg<ffi::AnyBuffer>()));
