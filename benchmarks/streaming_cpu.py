@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gc
 import os
 
@@ -114,10 +115,10 @@ def main():
     tx8 = lt.optim.adamw_8bit(1e-5, weight_decay=0.01, max_grad_norm=1.0)
     eng = lt.StreamingEngine(model, all_dev, tx8, stream_dtype="float32")
     tx = optax.adamw(1e-5, weight_decay=0.01)
-    params = jax.tree.map(jnp.asarray, model.params)
+    params = jax.tree.map(lambda x: jnp.array(x, copy=True), model.params)  # its own buffers: donated below
     cfg = model.config
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=(0, 1))  # params and state updated in place, as a user's step would
     def resident_step(params, state, batch):
         from lazytrain_jax.model.reference import _loss_and_grad_fn
         loss, grads = _loss_and_grad_fn(cfg)(params, batch)
