@@ -90,9 +90,9 @@ class Costs:
       source: ``analytic`` | ``measured``.
       opt_params: per unit, the host optimizer's work in parameters at ``Hardware.host_opt_rate``
         (None: ``num_params``). ``lt.profile`` weighs the embedding's and head's tensors whose Adam
-        state stays fp32 (``adamw_8bit``'s default ``fp32_state_filter``: they take the XLA path,
-        not the native kernel) by the measured ratio of the two rates. Read it as
-        :attr:`optimizer_params`.
+        state stays fp32 (``adamw_8bit``'s default ``fp32_state_filter``: the native kernel's fp32
+        loop, or the XLA path without it, at another rate than a layer's 8-bit update) by the
+        measured ratio of the two rates. Read it as :attr:`optimizer_params`.
       head_link_factor: the head unit's weight upload and gradient download, each as a multiple of
         its bytes at the link's rate (``Hardware.h2d_bw`` / ``d2h_bw``, which ``lt.profile`` times
         on a layer's arrays); None: (1, 1). ``lt.profile`` measures it: a tied head's table is one
