@@ -94,8 +94,13 @@ def _path_key(path) -> tuple:
 @functools.lru_cache(maxsize=None)
 def _fused_step(host_sharding, block_size: int, copy_dtype, decay_filter, impl: str):
     def step(master, grads, moments, info, hp, copy):
-        return lt_optim.fused_layer_step(master, grads, moments, info, hp, block_size=block_size,
-                                         copy_dtype=copy_dtype, decay_filter=decay_filter, impl=impl, copy=copy)
+        new_master, new_copy, new_moments = lt_optim.fused_layer_step(
+            master, grads, moments, info, hp, block_size=block_size, copy_dtype=copy_dtype,
+            decay_filter=decay_filter, impl=impl, copy=copy)
+        # in the donated arguments' order (master, moments, copy), as ``_fused_layer_step`` returns
+        # them: jit gives each result the first unused donated buffer of its shape and dtype, and
+        # with an fp32 copy and fp32 moments the other order moved every such tensor by copies
+        return new_master, new_moments, new_copy
 
     return host_jit(step, host_sharding, donate_argnums=(0, 2, 5))
 
@@ -143,7 +148,8 @@ class UnitAdamW8bit:
         # the config's impl (default "auto": the native one-pass kernel on the CPU backend where it
         # could be built), so the engine runs exactly lt.optim's per-unit update for this optimizer
         fn = _fused_step(self.host, self.config.block_size, self.copy_dtype, self._filters[u], self.config.impl)
-        return fn(master_u, grads_u, moments, info, hp, copy_u)
+        new_master, new_moments, new_copy = fn(master_u, grads_u, moments, info, hp, copy_u)
+        return new_master, new_copy, new_moments
 
     def finish(self, state, moments_by_unit: list, count, skipped):
         for u, moments in enumerate(moments_by_unit):

@@ -319,3 +319,34 @@ def test_pipelined_updates_wait_for_their_windows_compute_on_cpu():
     due, compute_end, updates, windows = updates_and_windows(False)
     assert any(iv.start_s < compute_end.get(due[u], windows[due[u]][1]) for u, iv in updates.items()
                if due[u] > 2)
+
+
+@pytest.mark.parametrize("stream_dtype", ["float32", "bfloat16"])
+def test_host_unit_update_keeps_each_donated_buffer_in_its_role(stream_dtype):
+    """The engine's per-unit update (``UnitAdamW8bit.update_unit``'s jitted step) moves no whole
+    tensor: with an fp32 copy and fp32 moments (the embedding under the default policy) all of
+    one shape and dtype, jit once gave the copy m's buffer, m v's and v the copy's, each moved by
+    a copy every step; and the previous copy's buffer holds the new one."""
+    import jax.numpy as jnp
+    from lazytrain_jax.executor import host_optim
+    host = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    cfg = lt.optim.hyperparams_of(lt.optim.adamw_8bit(1e-3))
+    opt = host_optim.UnitAdamW8bit(cfg, host, 0, jnp.dtype(stream_dtype))
+    # XLA-owned buffers (a device_put of a numpy array may alias numpy's memory, which is never donated)
+    embed = {"embed_tokens": {"weight": jnp.full((96, 40), 0.5, jnp.float32, device=host)}}
+    units = host_optim.join_units([embed, {}], 0)
+    state = opt.init(units)
+    mom = host_optim.layerwise.layer_moments(state, *host_optim.unit_path(0, 0))
+    assert jax.tree.leaves(mom.mu)[0].dtype == jnp.float32  # the default policy: fp32 state
+    info, hp, _, _ = opt.begin(state, 1.0)
+    grads = jax.tree.map(lambda a: jnp.full(a.shape, 1e-2, jnp.float32, device=host), embed)
+    copy = jax.tree.map(lambda a: jnp.zeros(a.shape, stream_dtype, device=host), embed)
+    fn = host_optim._fused_step(host, cfg.block_size, jnp.dtype(stream_dtype), opt._filters[0], cfg.impl)
+    moments = host_optim.layerwise.layer_moments(state, *host_optim.unit_path(0, 0))
+    compiled = fn.lower(embed, grads, moments, info, hp, copy).compile().as_text()
+    assert not [line for line in compiled.splitlines() if " copy(" in line and "[96,40]" in line]
+    where = copy["embed_tokens"]["weight"].unsafe_buffer_pointer()
+    master, new_copy, _ = opt.update_unit(state, 0, embed, grads, info, hp, copy)
+    assert new_copy["embed_tokens"]["weight"].unsafe_buffer_pointer() == where
+    np.testing.assert_array_equal(np.asarray(new_copy["embed_tokens"]["weight"]),
+                                  np.asarray(master["embed_tokens"]["weight"].astype(stream_dtype)))
