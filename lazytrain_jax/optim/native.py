@@ -8,13 +8,14 @@ CPU Adam per core (``benchmarks/optimizer_cpu.py``). ``csrc/adam8bit_cpu.cc`` do
 math per block of ``block_size`` elements while the block is in L1 (read p g mc vc, write p copy
 mc vc), split across threads, as an XLA FFI custom call on donated buffers (the process's
 cores are shared between the calls of one program: :func:`thread_shares`). Two
-entry points share the loop: :func:`leaf_master_step` (the host step: master in place + bf16
-copy) and the state half of :func:`leaf_update` (the optax transform: the kernel writes only the
-new codes and scales, in place; the update ``u`` is XLA's own elementwise expression, which
-XLA fuses into the user's ``apply_updates``). The host step of a tensor whose Adam state stays
-fp32 (``fp32_state_filter``: an embedding, an LM head, norms and biases by default) has a loop of
-its own, plain AdamW elementwise (read p g m v, write p copy m v: 30 B/param), where XLA's path
-took several passes: a 136M-parameter embedding's update 373.5 -> 111.0 ms on 2 cores. Both are chosen with ``impl`` (:data:`IMPLS`;
+entry points share the loop: :func:`leaf_master_step` (the host step: master in place + a bf16
+or fp32 copy) and the state half of :func:`leaf_update` (the optax transform: the kernel writes
+only the new codes and scales, in place; the update ``u`` is XLA's own elementwise expression,
+which XLA fuses into the user's ``apply_updates``). The host step of a tensor whose Adam state
+stays fp32 (``fp32_state_filter``: an embedding, an LM head, norms and biases by default) has a
+loop of its own, plain AdamW elementwise (read p g m v, write p copy m v: 30 B/param), where
+XLA's path took several passes: a 136M-parameter embedding's update 374.6 -> 108.2 ms on 2 cores
+(``benchmarks/optimizer_cpu.py --embedding``). Both are chosen with ``impl`` (:data:`IMPLS`;
 ``"auto"`` by default, for the transform and the per-unit step alike) and only where the
 computation is lowered for the CPU (:func:`on_cpu`).
 
