@@ -2,7 +2,7 @@
 //
 // One pass per block of `block_size` elements: the block's scale bounds from max|g| and the
 // codes' maxima (kernel._scale_bounds), then clip, Adam, decoupled weight decay, the fp32 master
-// update, the bf16 streaming copy and the requantized dynamic8 codes. The block stays in L1, so
+// update, the streaming copy (bf16 or fp32) and the requantized dynamic8 codes. The block stays in L1, so
 // memory sees each byte once: read p g mc vc, write p copy mc vc (18 B/param). A second entry
 // point writes only the codes and scales (read g mc vc, write mc vc: 8 B/param) for the optax
 // transform, whose update XLA computes inside apply_updates. Blocks are split across threads.
@@ -121,7 +121,7 @@ inline void encode_codes(int64_t n, const float* m_a, const float* um_a, const f
 
 // Compile-time flags (a runtime one keeps the loop from vectorizing): kDecay, weight decay on
 // this tensor; kMode, what the step writes besides the codes and scales: kMaster, the host step
-// (p updated in place, bf16 copy written; `out` is the copy); kState, the codes and scales only
+// (p updated in place, the copy written, bf16 or fp32; `out` is the copy); kState, the codes and scales only
 // (p and `out` unused: the optax transform's update u is computed by XLA, which fuses it into
 // apply_updates; a u written here would be a fresh temporary, page-faulted every step).
 enum Mode { kMaster = 0, kState = 1 };
@@ -252,7 +252,7 @@ void CopyIfNotAliased(T* dst, const T* src, int64_t count) {  // XLA could not a
   if (dst != src) std::memcpy(dst, src, count * sizeof(T));
 }
 
-// The host step: p, codes and scales updated in place (aliased), bf16 copy of the new p.
+// The host step: p, codes and scales updated in place (aliased), the copy (bf16 or fp32) of the new p.
 ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
                         ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
                         ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
@@ -317,7 +317,7 @@ ffi::Error Adam8bitStateImpl(ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::S8> mc_in
 }
 
 // fp32 moments (the state ``fp32_state_filter`` keeps in fp32: embeddings, norms, biases by
-// default): AdamW elementwise, the master in place, its bf16 copy, m and v in place. One pass:
+// default): AdamW elementwise, the master in place, its copy (bf16 or fp32), m and v in place. One pass:
 // read p g m v, write p copy m v (30 B/param); XLA's path takes several (kernel.leaf_update).
 template <bool kDecay, typename CopyT>
 void run_fp32(int64_t lo, int64_t hi, const Scalars s, const float* __restrict__ g,
@@ -366,7 +366,7 @@ ffi::Error RunFp32(int64_t n, bool decay, int64_t threads, ffi::Buffer<ffi::F32>
   return ffi::Error::Success();
 }
 
-// The host step for fp32 moments: p, m and v updated in place (aliased), bf16 copy of the new p.
+// The host step for fp32 moments: p, m and v updated in place (aliased), the copy (bf16 or fp32) of the new p.
 ffi::Error AdamF32Impl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::F32> m_in,
                        ffi::Buffer<ffi::F32> v_in, ffi::Buffer<ffi::F32> scalars,
                        ffi::ResultBuffer<ffi::F32> p, ffi::Result<ffi::AnyBuffer> copy,
