@@ -127,12 +127,10 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
     norm_fn = jax.jit(optim.global_norm_fp32)
     hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
 
-    def fmt_of(tx):
-        return "fp32" if jax.tree.leaves(tx.init({"w": grads["w0"]}).mu)[0].dtype == jnp.float32 else "8-bit"
-
-    def make_fused(tx, norm_given, impl="xla", reuse_copy=True):
+    def make_fused(tx, fmt, norm_given, impl="xla", reuse_copy=True):
         """The host executor's path: begin_step + fused_layer_step (donated master, state; the
-        previous copy donated too, unless ``reuse_copy`` is False: a fresh copy buffer per step)."""
+        previous copy donated too, unless ``reuse_copy`` is False: a fresh copy buffer per step);
+        ``fmt``: ``tx``'s state format."""
         master = jax.tree.map(lambda g: g * 2.0, grads)
         st = tx.init(master)
         # the previous step's copy is donated and holds the new one, as in the executor
@@ -140,7 +138,7 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
                                                                st.nu_scales), "copy": None}
         info0, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
         # XLA's cost analysis does not see inside the native custom call: its own traffic instead
-        own = LIMIT_FP32_STEP if fmt_of(tx) == "fp32" else LIMIT_8BIT + 16 / 256
+        own = LIMIT_FP32_STEP if fmt == "fp32" else LIMIT_8BIT + 16 / 256
         nbytes = own * num_params if impl == "native" else _hlo_bytes(
             jax.jit(functools.partial(optim.fused_layer_step, impl="xla")), box["master"], grads, box["moments"], info0, hp)
         if not norm_given:
@@ -172,17 +170,17 @@ def _jax_methods(n: int, formats: list[str], fused_only: bool = False):
             else:  # the kernel takes dynamic8 state only
                 methods[f"adamw_8bit {fmt}: optax transform (impl='auto' = 'xla')"] = (
                     *make(tx), bpp)
-            methods[f"adamw_8bit {fmt}: fused_layer_step"] = (*make_fused(tx, False), bpp)
-        methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (*make_fused(tx, True), bpp)
+            methods[f"adamw_8bit {fmt}: fused_layer_step"] = (*make_fused(tx, fmt, False), bpp)
+        methods[f"adamw_8bit {fmt}: fused_layer_step, norm given"] = (*make_fused(tx, fmt, True), bpp)
         if fmt == "fp32" and native.available():  # fp32 moments: the kernel's one-pass fp32 loop
             methods[f"adamw_8bit {fmt}: fused_layer_step, norm given, native"] = (
-                *make_fused(tx, True, "native"), bpp)
+                *make_fused(tx, fmt, True, "native"), bpp)
         if fmt == "dynamic8" and native.available():
-            methods[NATIVE] = (*make_fused(tx, True, "native"), bpp)
+            methods[NATIVE] = (*make_fused(tx, fmt, True, "native"), bpp)
             if not fused_only:
-                methods[NATIVE + ", fresh copy buffer"] = (*make_fused(tx, True, "native", False), bpp)
+                methods[NATIVE + ", fresh copy buffer"] = (*make_fused(tx, fmt, True, "native", False), bpp)
                 methods[NATIVE.replace("norm given", "norm computed")] = (
-                    *make_fused(tx, False, "native"), bpp)
+                    *make_fused(tx, fmt, False, "native"), bpp)
         elif fmt == "dynamic8":
             print(f"native kernel not run: {native.unavailable_reason()}")
     return methods, num_params

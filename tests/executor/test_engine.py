@@ -336,13 +336,12 @@ def test_host_unit_update_keeps_each_donated_buffer_in_its_role(stream_dtype):
     embed = {"embed_tokens": {"weight": jnp.full((96, 40), 0.5, jnp.float32, device=host)}}
     units = host_optim.join_units([embed, {}], 0)
     state = opt.init(units)
-    mom = host_optim.layerwise.layer_moments(state, *host_optim.unit_path(0, 0))
-    assert jax.tree.leaves(mom.mu)[0].dtype == jnp.float32  # the default policy: fp32 state
+    moments = host_optim.layerwise.layer_moments(state, *host_optim.unit_path(0, 0))
+    assert jax.tree.leaves(moments.mu)[0].dtype == jnp.float32  # the default policy: fp32 state
     info, hp, _, _ = opt.begin(state, 1.0)
     grads = jax.tree.map(lambda a: jnp.full(a.shape, 1e-2, jnp.float32, device=host), embed)
     copy = jax.tree.map(lambda a: jnp.zeros(a.shape, stream_dtype, device=host), embed)
     fn = host_optim._fused_step(host, cfg.block_size, jnp.dtype(stream_dtype), opt._filters[0], cfg.impl)
-    moments = host_optim.layerwise.layer_moments(state, *host_optim.unit_path(0, 0))
     compiled = fn.lower(embed, grads, moments, info, hp, copy).compile().as_text()
     assert not [line for line in compiled.splitlines() if " copy(" in line and "[96,40]" in line]
     where = copy["embed_tokens"]["weight"].unsafe_buffer_pointer()

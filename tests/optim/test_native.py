@@ -27,13 +27,13 @@ def _grads(tree, seed, scale):
         lambda x: jnp.asarray(rng.standard_normal(x.shape).astype(np.float32) * scale), tree)
 
 
-def _run(impl, layer, moments, steps):
+def _run(impl, layer, moments, steps, hp=HP):
     master = jax.tree.map(jnp.copy, layer)
     moments = jax.tree.map(jnp.copy, moments)
     count = 0
     for step, (g, norm) in enumerate(steps):
         info, new_count, _ = optim.begin_step(count, 0, norm, 0.5)
-        master, copy, moments = optim.fused_layer_step(master, g, moments, info, HP, impl=impl)
+        master, copy, moments = optim.fused_layer_step(master, g, moments, info, hp, impl=impl)
         count = int(new_count)
     return master, copy, moments
 
@@ -79,15 +79,8 @@ def test_fp32_moments_natively_match_xla_to_rounding():
     steps.insert(3, (steps[0][0], jnp.float32(np.nan)))  # a skipped step in the middle
     for decay in (True, False):
         hp = HP if decay else optim.AdamHyperparams(0.9, 0.99, 1e-8, LR, 0.0)
-        out = {}
-        for impl in ("xla", "native"):
-            master, mom = jax.tree.map(jnp.copy, layer), jax.tree.map(jnp.copy, moments)
-            count = 0
-            for g, norm in steps:
-                info, count, _ = optim.begin_step(count, 0, norm, 0.5)
-                master, copy, mom = optim.fused_layer_step(master, g, mom, info, hp, impl=impl)
-            out[impl] = (master, copy, mom)
-        (xm, _, xmom), (nm, nc, nmom) = out["xla"], out["native"]
+        xm, _, xmom = _run("xla", layer, moments, steps, hp)
+        nm, nc, nmom = _run("native", layer, moments, steps, hp)
         agree.assert_params_agree(nm, xm, max_abs=1e-3 * LR)
         agree.assert_state_agrees(nmom, xmom)
         for m, c in zip(jax.tree.leaves(nm), jax.tree.leaves(nc)):

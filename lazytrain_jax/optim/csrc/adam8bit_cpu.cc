@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <sched.h>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -128,7 +129,7 @@ enum Mode { kMaster = 0, kState = 1 };
 
 template <bool kDecay, int kMode, typename CopyT>
 void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
-                const float* __restrict__ g, float* __restrict__ p, void* __restrict__ out,
+                const float* __restrict__ g, float* __restrict__ p, CopyT* __restrict__ out,
                 int8_t* __restrict__ mc, uint8_t* __restrict__ vc, float* __restrict__ ms,
                 float* __restrict__ vs) {
   const float om1 = 1.0f - s.b1, om2 = 1.0f - s.b2;
@@ -137,7 +138,7 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
     const float* __restrict__ gb = g + o;
     // (kState passes no p and no out: no pointer arithmetic on them)
     float* __restrict__ pb = kMode == kMaster ? p + o : nullptr;
-    CopyT* __restrict__ cb = kMode == kMaster ? static_cast<CopyT*>(out) + o : nullptr;
+    CopyT* __restrict__ cb = kMode == kMaster ? out + o : nullptr;
     int8_t* __restrict__ mb = mc + o;
     uint8_t* __restrict__ vb = vc + o;
     if (s.apply == 0.0f) {  // skipped step: codes and scales kept; the host step writes the copy
@@ -214,29 +215,50 @@ int num_threads(int64_t asked) {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-template <int kMode, typename CopyT>
-ffi::Error Run(int64_t n, int64_t block_size, bool decay, int64_t threads,
-               ffi::Buffer<ffi::F32> scalars, const float* g, float* p, void* out, int8_t* mc,
-               uint8_t* vc, float* ms, float* vs) {
+Scalars ReadScalars(ffi::Buffer<ffi::F32> scalars) {  // the 9 step scalars (native._scalars)
   const float* sc = scalars.typed_data();
   Scalars s{sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7], sc[8]};
   s.rsqrt_bc2 = std::sqrt(s.inv_bc2);
+  return s;
+}
+
+// work(edge(i), edge(i + 1)) for i in 0..t-1, on t threads (this one takes i = 0).
+template <typename Edge, typename Work>
+void SplitAcrossThreads(int t, Edge edge, Work work) {
+  if (t <= 1) {
+    work(edge(0), edge(1));
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int i = 1; i < t; ++i) pool.emplace_back(work, edge(i), edge(i + 1));
+  work(edge(0), edge(1));
+  for (auto& th : pool) th.join();
+}
+
+template <int kMode, typename CopyT>
+ffi::Error Run(int64_t n, int64_t block_size, bool decay, int64_t threads,
+               ffi::Buffer<ffi::F32> scalars, const float* g, float* p, CopyT* out, int8_t* mc,
+               uint8_t* vc, float* ms, float* vs) {
+  const Scalars s = ReadScalars(scalars);
   const int64_t nb = n / block_size;
   const int t = static_cast<int>(
       std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, nb / 64)));
-  auto work = [&](int64_t lo, int64_t hi) {
-    auto* fn = decay ? &run_blocks<true, kMode, CopyT> : &run_blocks<false, kMode, CopyT>;
+  auto* fn = decay ? &run_blocks<true, kMode, CopyT> : &run_blocks<false, kMode, CopyT>;
+  SplitAcrossThreads(t, [&](int i) { return nb * i / t; }, [&](int64_t lo, int64_t hi) {
     fn(lo, hi, block_size, s, g, p, out, mc, vc, ms, vs);
-  };
-  if (t <= 1) {
-    work(0, nb);
-  } else {
-    std::vector<std::thread> pool;
-    for (int i = 1; i < t; ++i) pool.emplace_back(work, nb * i / t, nb * (i + 1) / t);
-    work(0, nb / t);
-    for (auto& th : pool) th.join();
-  }
+  });
   return ffi::Error::Success();
+}
+
+// f(typed pointer to the copy's data), the copy being bf16 (uint16_t) or f32 (float) of n
+// elements; InvalidArgument naming `what` otherwise.
+template <typename F>
+ffi::Error WithCopy(ffi::Result<ffi::AnyBuffer>& copy, int64_t n, const char* what, F f) {
+  if (copy->element_count() != static_cast<size_t>(n))
+    return ffi::Error::InvalidArgument(std::string(what) + ": the copy's size differs");
+  if (copy->element_type() == ffi::DataType::BF16) return f(static_cast<uint16_t*>(copy->untyped_data()));
+  if (copy->element_type() == ffi::DataType::F32) return f(static_cast<float*>(copy->untyped_data()));
+  return ffi::Error::InvalidArgument(std::string(what) + ": the copy must be bf16 or f32");
 }
 
 ffi::Error CheckShapes(int64_t n, int64_t block_size, int64_t num_scales, int64_t num_scalars) {
@@ -269,17 +291,10 @@ ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
   CopyIfNotAliased(vc->typed_data(), vc_in.typed_data(), n);
   CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
   CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
-  if (copy->element_count() != static_cast<size_t>(n))
-    return ffi::Error::InvalidArgument("adam8bit: the copy's size differs");
-  if (copy->element_type() == ffi::DataType::BF16)
-    return Run<kMaster, uint16_t>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(),
-                                  copy->untyped_data(), mc->typed_data(), vc->typed_data(), ms->typed_data(),
-                                  vs->typed_data());
-  if (copy->element_type() == ffi::DataType::F32)
-    return Run<kMaster, float>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(),
-                               copy->untyped_data(), mc->typed_data(), vc->typed_data(), ms->typed_data(),
-                               vs->typed_data());
-  return ffi::Error::InvalidArgument("adam8bit: the copy must be bf16 or f32");
+  return WithCopy(copy, n, "adam8bit", [&](auto* out) {
+    return Run<kMaster>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(), out,
+                        mc->typed_data(), vc->typed_data(), ms->typed_data(), vs->typed_data());
+  });
 }
 
 // The same, writing the copy into the buffer of the previous one (aliased to `copy`, its contents
@@ -312,7 +327,8 @@ ffi::Error Adam8bitStateImpl(ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::S8> mc_in
   CopyIfNotAliased(vc->typed_data(), vc_in.typed_data(), n);
   CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
   CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
-  return Run<kState, uint16_t>(n, block_size, false, threads, scalars, g.typed_data(), nullptr, nullptr,
+  return Run<kState, uint16_t>(n, block_size, false, threads, scalars, g.typed_data(), nullptr,
+                               static_cast<uint16_t*>(nullptr),
                      mc->typed_data(), vc->typed_data(), ms->typed_data(), vs->typed_data());
 }
 
@@ -346,23 +362,13 @@ void run_fp32(int64_t lo, int64_t hi, const Scalars s, const float* __restrict__
 template <typename CopyT>
 ffi::Error RunFp32(int64_t n, bool decay, int64_t threads, ffi::Buffer<ffi::F32> scalars,
                    const float* g, float* p, CopyT* copy, float* m, float* v) {
-  const float* sc = scalars.typed_data();
-  const Scalars s{sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7], sc[8]};
+  const Scalars s = ReadScalars(scalars);
   constexpr int64_t kGrain = 1 << 14;  // elements a thread takes at least
   const int t = static_cast<int>(std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, n / kGrain)));
-  auto work = [&](int64_t lo, int64_t hi) {
-    (decay ? &run_fp32<true, CopyT> : &run_fp32<false, CopyT>)(lo, hi, s, g, p, copy, m, v);
-  };
+  auto* fn = decay ? &run_fp32<true, CopyT> : &run_fp32<false, CopyT>;
   // split on multiples of 16 elements (whole cache lines of p, m and v per thread)
-  auto edge = [&](int i) { return i == t ? n : (n * i / t) & ~int64_t{15}; };
-  if (t <= 1) {
-    work(0, n);
-  } else {
-    std::vector<std::thread> pool;
-    for (int i = 1; i < t; ++i) pool.emplace_back(work, edge(i), edge(i + 1));
-    work(0, edge(1));
-    for (auto& th : pool) th.join();
-  }
+  SplitAcrossThreads(t, [&](int i) { return i == t ? n : (n * i / t) & ~int64_t{15}; },
+                     [&](int64_t lo, int64_t hi) { fn(lo, hi, s, g, p, copy, m, v); });
   return ffi::Error::Success();
 }
 
@@ -379,15 +385,10 @@ ffi::Error AdamF32Impl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g, ffi:
   CopyIfNotAliased(p->typed_data(), p_in.typed_data(), n);
   CopyIfNotAliased(m->typed_data(), m_in.typed_data(), n);
   CopyIfNotAliased(v->typed_data(), v_in.typed_data(), n);
-  if (copy->element_count() != static_cast<size_t>(n))
-    return ffi::Error::InvalidArgument("adam fp32: the copy's size differs");
-  if (copy->element_type() == ffi::DataType::BF16)
-    return RunFp32(n, decay, threads, scalars, g.typed_data(), p->typed_data(),
-                   static_cast<uint16_t*>(copy->untyped_data()), m->typed_data(), v->typed_data());
-  if (copy->element_type() == ffi::DataType::F32)
-    return RunFp32(n, decay, threads, scalars, g.typed_data(), p->typed_data(),
-                   static_cast<float*>(copy->untyped_data()), m->typed_data(), v->typed_data());
-  return ffi::Error::InvalidArgument("adam fp32: the copy must be bf16 or f32");
+  return WithCopy(copy, n, "adam fp32", [&](auto* out) {
+    return RunFp32(n, decay, threads, scalars, g.typed_data(), p->typed_data(), out, m->typed_data(),
+                   v->typed_data());
+  });
 }
 
 // The same, writing the copy into the previous one's buffer (aliased to `copy`, its contents unread).
