@@ -98,7 +98,9 @@ def main():
         except Exception as e:  # noqa: BLE001
             print(f"{name:<30} failed: {type(e).__name__}: {str(e)[:120]}")
     if staging is not None:
-        print(f"links.to_host_path chooses: {links.to_host_path(staging, links.host_store(dev))}")
+        chosen = {np.dtype(d).name: links.to_host_path(staging, links.host_store(dev), dtype=d)
+                  for d in (jax.numpy.bfloat16, np.float32)}
+        print(f"links.to_host_path chooses: {chosen}")
     if "pinned_host" in kinds and dev.platform != "cpu":
         cw = srcs["cpu-backend array"][0]
         w = rate(lambda: jax.block_until_ready(jax.device_put(cw, pin)), nbytes, args.repeats)

@@ -65,20 +65,42 @@ def upload(tree, sharding):
 def download(tree, host_sharding, staging_sharding, *, to_host: bool):
     """Device arrays down: to ``host_sharding`` directly where ``staging_sharding`` is None, else into
     the accelerator's ``pinned_host`` memory kind, and on to the host store when ``to_host`` by the
-    fastest of :data:`TO_HOST_PATHS` on this device (:func:`to_host_path`)."""
+    fastest of :data:`TO_HOST_PATHS` on this device for each array's dtype (:func:`to_host_path`)."""
     if staging_sharding is None:
         return jax.device_put(tree, host_sharding)
     if not to_host:
         return jax.device_put(tree, staging_sharding)
-    path = TO_HOST_PATHS[to_host_path(staging_sharding, host_sharding)]
-    return jax.tree.map(lambda x: path(x, staging_sharding, host_sharding), tree)
+    return jax.tree.map(lambda x: TO_HOST_PATHS[to_host_path(staging_sharding, host_sharding, dtype=x.dtype)](
+        x, staging_sharding, host_sharding), tree)
 
 
 # Device array -> host store (the CPU backend) on an accelerator; every path gives the same values.
 # On an H200 (jax 0.11.2) "pinned" (the JAX copy between backends after the DMA) measured 1.2 GB/s
-# in lt.profile and "direct" 1.3-1.5 GB/s; the numpy paths were not yet measured there.
+# in lt.profile and "direct" 1.3-1.5 GB/s; the numpy and DLPack paths were not yet measured there.
+def _via_dlpack(x, staging, host):
+    """DMA into the accelerator's ``pinned_host`` memory, then that buffer handed to the CPU backend
+    without a host copy where JAX exports it by DLPack as host memory: numpy's view of it, which the
+    CPU backend takes as it is (no copy on the CPU backend, tested). A dtype DLPack cannot carry to
+    numpy (bfloat16) goes by ``np.asarray`` instead, as "pinned+numpy"; the probe times each
+    dtype on its own (:func:`to_host_path`), and drops this path where the export is refused."""
+    pinned = jax.block_until_ready(jax.device_put(x, staging))
+    try:
+        view = np.from_dlpack(pinned)
+    except (RuntimeError, TypeError, BufferError):
+        if x.dtype in _DLPACK_DTYPES:
+            raise  # a dtype numpy takes: the export itself failed (an accelerator's device buffer)
+        view = np.asarray(pinned)
+    return jax.device_put(view, host)
+
+
+# dtypes numpy takes by DLPack (bfloat16 is not among them)
+_DLPACK_DTYPES = {np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
+                                        np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)}
+
+
 TO_HOST_PATHS = {
     "pinned": lambda x, staging, host: jax.device_put(jax.device_put(x, staging), host),
+    "pinned+dlpack": _via_dlpack,
     "pinned+numpy": lambda x, staging, host: jax.device_put(np.asarray(jax.device_put(x, staging)), host),
     "numpy": lambda x, staging, host: jax.device_put(np.asarray(x), host),
     "direct": lambda x, staging, host: jax.device_put(x, host),
@@ -86,13 +108,15 @@ TO_HOST_PATHS = {
 _CHOSEN: dict = {}
 
 
-def to_host_path(staging_sharding, host_sharding, *, probe_bytes: int = 32 << 20, repeats: int = 3,
-                 clock=time.perf_counter) -> str:
+def to_host_path(staging_sharding, host_sharding, *, dtype=np.float32, probe_bytes: int = 32 << 20,
+                 repeats: int = 3, clock=time.perf_counter) -> str:
     """The name of the fastest of :data:`TO_HOST_PATHS` from ``staging_sharding``'s device to
-    ``host_sharding``: each path copies a fresh ``probe_bytes`` fp32 array ``repeats`` times after
-    one warm-up (fresh, so no path reuses a cached host copy); the median wins. Measured once per
-    (device, host) pair in a process; ``LAZYTRAIN_TO_HOST_PATH`` names one instead."""
-    key = (staging_sharding, host_sharding)
+    ``host_sharding`` for arrays of ``dtype``: each path copies a fresh ``probe_bytes`` array of that
+    dtype ``repeats`` times after one warm-up (fresh, so no path reuses a cached host copy); the
+    median wins. Measured once per (device, host, dtype) in a process (the engine measures its
+    gradients' dtypes when it is made, not inside a step); ``LAZYTRAIN_TO_HOST_PATH`` names one
+    instead."""
+    key = (staging_sharding, host_sharding, np.dtype(dtype).name)
     if key not in _CHOSEN:
         forced = os.environ.get("LAZYTRAIN_TO_HOST_PATH")
         if forced is not None:
@@ -100,15 +124,17 @@ def to_host_path(staging_sharding, host_sharding, *, probe_bytes: int = 32 << 20
                 raise ValueError(f"LAZYTRAIN_TO_HOST_PATH={forced!r}; valid: {sorted(TO_HOST_PATHS)}")
             _CHOSEN[key] = forced
         else:
-            _CHOSEN[key] = fastest_path(staging_sharding, host_sharding, probe_bytes, repeats, clock)
+            _CHOSEN[key] = fastest_path(staging_sharding, host_sharding, probe_bytes, repeats, clock, dtype=dtype)
     return _CHOSEN[key]
 
 
-def fastest_path(staging_sharding, host_sharding, probe_bytes: int, repeats: int, clock) -> str:
+def fastest_path(staging_sharding, host_sharding, probe_bytes: int, repeats: int, clock, *,
+                 dtype=np.float32) -> str:
     """See :func:`to_host_path` (this measures; that caches)."""
     device = next(iter(staging_sharding.device_set))
     on_device = SingleDeviceSharding(device, memory_kind="device")
-    host_np = np.ones(max(1, probe_bytes // 4), np.float32)
+    dtype = np.dtype(dtype)
+    host_np = (np.arange(max(1, probe_bytes // dtype.itemsize)) % 251).astype(dtype)
     seconds, failed = {}, {}
     for name, path in TO_HOST_PATHS.items():
         times = []

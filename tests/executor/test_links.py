@@ -65,6 +65,45 @@ def test_to_host_path_takes_the_fastest_by_the_clock_and_measures_once(monkeypat
     assert calls == {"slow": 4, "fast": 4, "middling": 4}  # one warm-up and three timed each
     assert links.to_host_path(STAGING, HOST, clock=lambda: now[0]) == "fast"
     assert calls == {"slow": 4, "fast": 4, "middling": 4}  # cached: not measured again
+    # another dtype is measured on its own (bfloat16 gradients may take another path than fp32)
+    assert links.to_host_path(STAGING, HOST, dtype=jax.numpy.bfloat16, probe_bytes=1024, repeats=3,
+                              clock=lambda: now[0]) == "fast"
+    assert calls == {"slow": 8, "fast": 8, "middling": 8}
+    assert sorted(k[2] for k in links._CHOSEN) == ["bfloat16", "float32"]
+
+
+def test_the_probe_copies_arrays_of_the_dtype_asked_for(monkeypatch):
+    seen = []
+
+    def path(x, staging, host):
+        seen.append(x.dtype)
+        return jax.device_put(x, host)
+
+    monkeypatch.setattr(links, "TO_HOST_PATHS", {"only": path})
+    assert links.fastest_path(STAGING, HOST, 1024, 1, clock=lambda: 0.0, dtype=jax.numpy.bfloat16) == "only"
+    assert set(seen) == {np.dtype(jax.numpy.bfloat16)}
+
+
+def test_dlpack_path_hands_over_the_staging_buffer_without_a_copy_on_the_cpu_backend():
+    """On the CPU backend the staging buffer becomes the host-store array as it is (the same
+    address); bfloat16, which DLPack cannot carry to numpy, still arrives exactly (by np.asarray)."""
+    x = jax.device_put(np.arange(1024, dtype=np.float32), SingleDeviceSharding(CPU))
+    staged = []
+    real_put = jax.device_put
+
+    def put(a, sharding=None, **kw):
+        out = real_put(a, sharding, **kw)
+        if sharding == STAGING:
+            staged.append(out)
+        return out
+
+    import unittest.mock
+    with unittest.mock.patch.object(links.jax, "device_put", put):
+        y = links.TO_HOST_PATHS["pinned+dlpack"](x, STAGING, HOST)
+    assert y.sharding == HOST
+    assert y.unsafe_buffer_pointer() == staged[0].unsafe_buffer_pointer()
+    b = jax.device_put(np.arange(64, dtype=np.float32).astype(jax.numpy.bfloat16), SingleDeviceSharding(CPU))
+    np.testing.assert_array_equal(np.asarray(links.TO_HOST_PATHS["pinned+dlpack"](b, STAGING, HOST)), np.asarray(b))
 
 
 def test_to_host_path_override_and_its_bad_value(monkeypatch):
