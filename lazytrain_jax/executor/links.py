@@ -27,6 +27,7 @@ import os
 import time
 
 import jax
+import jax.dlpack
 import numpy as np
 from jax.sharding import SingleDeviceSharding
 
@@ -79,23 +80,16 @@ def download(tree, host_sharding, staging_sharding, *, to_host: bool):
 # in lt.profile and "direct" 1.3-1.5 GB/s; the numpy and DLPack paths were not yet measured there.
 def _via_dlpack(x, staging, host):
     """DMA into the accelerator's ``pinned_host`` memory, then that buffer handed to the CPU backend
-    without a host copy where JAX exports it by DLPack as host memory: numpy's view of it, which the
-    CPU backend takes as it is (no copy on the CPU backend, tested). A dtype DLPack cannot carry to
-    numpy (bfloat16) goes by ``np.asarray`` instead, as "pinned+numpy"; the probe times each
-    dtype on its own (:func:`to_host_path`), and drops this path where the export is refused."""
+    by DLPack without a host copy (``copy=False``) where JAX exports it as host memory (so on the
+    CPU backend, bfloat16 included: tested). Where the CPU backend cannot take it as it is, the
+    buffer is copied out by ``np.asarray``, as "pinned+numpy"; the probe times each dtype on its own
+    (:func:`to_host_path`)."""
     pinned = jax.block_until_ready(jax.device_put(x, staging))
     try:
-        view = np.from_dlpack(pinned)
-    except (RuntimeError, TypeError, BufferError):
-        if x.dtype in _DLPACK_DTYPES:
-            raise  # a dtype numpy takes: the export itself failed (an accelerator's device buffer)
-        view = np.asarray(pinned)
-    return jax.device_put(view, host)
-
-
-# dtypes numpy takes by DLPack (bfloat16 is not among them)
-_DLPACK_DTYPES = {np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
-                                        np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)}
+        out = jax.dlpack.from_dlpack(pinned, device=next(iter(host.device_set)), copy=False)
+    except (RuntimeError, TypeError, ValueError, BufferError):
+        out = np.asarray(pinned)
+    return jax.device_put(out, host)
 
 
 TO_HOST_PATHS = {

@@ -86,24 +86,24 @@ def test_the_probe_copies_arrays_of_the_dtype_asked_for(monkeypatch):
 
 def test_dlpack_path_hands_over_the_staging_buffer_without_a_copy_on_the_cpu_backend():
     """On the CPU backend the staging buffer becomes the host-store array as it is (the same
-    address); bfloat16, which DLPack cannot carry to numpy, still arrives exactly (by np.asarray)."""
-    x = jax.device_put(np.arange(1024, dtype=np.float32), SingleDeviceSharding(CPU))
-    staged = []
-    real_put = jax.device_put
-
-    def put(a, sharding=None, **kw):
-        out = real_put(a, sharding, **kw)
-        if sharding == STAGING:
-            staged.append(out)
-        return out
-
+    address), fp32 and bfloat16 alike."""
     import unittest.mock
-    with unittest.mock.patch.object(links.jax, "device_put", put):
-        y = links.TO_HOST_PATHS["pinned+dlpack"](x, STAGING, HOST)
-    assert y.sharding == HOST
-    assert y.unsafe_buffer_pointer() == staged[0].unsafe_buffer_pointer()
-    b = jax.device_put(np.arange(64, dtype=np.float32).astype(jax.numpy.bfloat16), SingleDeviceSharding(CPU))
-    np.testing.assert_array_equal(np.asarray(links.TO_HOST_PATHS["pinned+dlpack"](b, STAGING, HOST)), np.asarray(b))
+    real_put = jax.device_put
+    for dtype in (np.float32, jax.numpy.bfloat16):
+        x = jax.device_put(np.arange(1024, dtype=np.float32).astype(dtype), SingleDeviceSharding(CPU))
+        staged = []
+
+        def put(a, sharding=None, **kw):
+            out = real_put(a, sharding, **kw)
+            if sharding == STAGING:
+                staged.append(out)
+            return out
+
+        with unittest.mock.patch.object(links.jax, "device_put", put):
+            y = links.TO_HOST_PATHS["pinned+dlpack"](x, STAGING, HOST)
+        assert y.sharding == HOST and y.dtype == x.dtype
+        assert y.unsafe_buffer_pointer() == staged[0].unsafe_buffer_pointer()
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
 
 
 def test_to_host_path_override_and_its_bad_value(monkeypatch):
