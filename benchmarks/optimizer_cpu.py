@@ -410,6 +410,43 @@ def embedding_step(vocab: int, hidden: int, repeats: int) -> None:
           + ("" if len(impls) > 1 else f" (native kernel not run: {native.unavailable_reason()})"))
 
 
+def bf16_grad_step(n: int, repeats: int) -> None:
+    """The host step of a layer (4 tensors, ``n`` parameters, 8-bit state, norm given, the previous
+    copy donated) on bfloat16 gradients as the executor runs it now (the kernel reads them as they
+    are) against the way before: the gradients first cast to an fp32 copy on the host (a jitted
+    convert into a fresh buffer, as the engine's download did), then the step. Interleaved medians."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from lazytrain_jax import optim
+    from lazytrain_jax.executor.profiler import median_seconds_interleaved
+    from lazytrain_jax.optim import native
+
+    hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
+    rng = np.random.default_rng(0)
+    shape = (n // 4 // 1024, 1024)
+    names = ("q", "o", "up", "down")
+    g16 = {k: jnp.asarray((rng.standard_normal(shape, dtype=np.float32) * 1e-3).astype(jnp.bfloat16)) for k in names}
+    info, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
+    to_f32 = jax.jit(lambda t: jax.tree.map(lambda x: x.astype(jnp.float32), t))
+    boxes = {}
+    for way in ("cast, then the step", "the step on bf16"):
+        master = {k: jnp.asarray(rng.standard_normal(shape, dtype=np.float32) * 0.02) for k in names}
+        boxes[way] = [master, optim.layer_moments(optim.adamw_8bit(1e-3, fp32_state_filter="none").init(master)), None]
+
+    def run(way):
+        b = boxes[way]
+        g = to_f32(g16) if way.startswith("cast") else g16
+        b[0], b[2], b[1] = optim.fused_layer_step(b[0], g, b[1], info, hp, copy=b[2])
+        return b
+    t = median_seconds_interleaved({w: (lambda w=w: run(w)) for w in boxes}, repeats=repeats, warmup=2)
+    num = 4 * shape[0] * shape[1]
+    print(f"host step of {num / 1e6:.1f}M parameters (8-bit state) on bf16 gradients, impl "
+          f"{native.resolve_impl('auto')}: " + "; ".join(f"{w} {t[w] * 1e3:.1f} ms" for w in boxes)
+          + f" ({t['cast, then the step'] / t['the step on bf16']:.2f}x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10M,100M")
@@ -420,6 +457,9 @@ def main() -> None:
     ap.add_argument("--embedding", default=None, metavar="VOCABxHIDDEN",
                     help="only the host step of one embedding with fp32 Adam state, e.g. 151936x896 "
                          "(qwen2.5-0.5b's): XLA against the native kernel")
+    ap.add_argument("--bf16-grads", default=None, metavar="SIZE",
+                    help="only the host step of a layer of SIZE parameters on bf16 gradients: read as "
+                         "they are against cast to fp32 first")
     ap.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--only", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--torch-worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -429,6 +469,9 @@ def main() -> None:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.pin])
     if args.torch_worker is not None:
         torch_worker(args.torch_worker, args.only)
+        return
+    if args.bf16_grads is not None:
+        bf16_grad_step(_parse_size(args.bf16_grads), args.repeats)
         return
     if args.embedding is not None:
         vocab, hidden = (int(x) for x in args.embedding.lower().split("x"))

@@ -315,7 +315,7 @@ class StreamingEngine:
         """
         self.flush()
         loss, grads, _ = self._forward_backward(batch)
-        return loss, host_optim.to_numpy_tree(host_optim.join_units(grads, self.num_layers))
+        return loss, host_optim.to_numpy_tree(host_optim.join_units(grads, self.num_layers), np.float32)
 
     def step(self, batch) -> dict:
         """One training step: streamed forward/backward, then the optimizer (pipelined into the next

@@ -195,5 +195,7 @@ def make_host_optimizer(optimizer, host_sharding, num_layers: int, copy_dtype):
     return WholeTreeOptax(optimizer, host_sharding)
 
 
-def to_numpy_tree(tree):
-    return jax.tree.map(lambda x: np.asarray(x), tree)
+def to_numpy_tree(tree, dtype=None):
+    """``tree``'s leaves as numpy arrays (in ``dtype`` where given: the gradients the engine hands a
+    user are fp32 whatever dtype they came down in)."""
+    return jax.tree.map(lambda x: np.asarray(x) if dtype is None else np.asarray(x).astype(dtype, copy=False), tree)

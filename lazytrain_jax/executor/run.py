@@ -290,11 +290,15 @@ class StepRun:
             free()
 
     def _download(self, tag: str, device_tree, down, name: str):
-        """``down`` (computed from ``device_tree``) to the host store as fp32 on the D2H worker; the
-        device arrays stay accounted under ``tag`` until the copy is done."""
+        """``down`` (computed from ``device_tree``) to the host store on the D2H worker, as it is for
+        the per-unit host step (which reads bf16 gradients itself), as fp32 for a whole-tree optax
+        transform; the device arrays stay accounted under ``tag`` until the copy is done."""
         e = self.e
         e.ledger.add(tag, device_tree, item=name)
-        fut = e._submit("d2h", f"grad {name}", lambda: self._host_f32(self._down(down, to_host=True)))
+        if e.opt.splittable:
+            fut = e._submit("d2h", f"grad {name}", lambda: self._down(down, to_host=True))
+        else:
+            fut = e._submit("d2h", f"grad {name}", lambda: self._host_f32(self._down(down, to_host=True)))
         self.deferred.append((fut, lambda: e.ledger.free(tag)))
         # the step model's deadline: the copy down is done by the end of the next item (its device
         # buffers are then freed, so at most two gradients are on the device, as memory.py counts)

@@ -67,6 +67,7 @@ STATE_TARGET = "lazytrain_adam8bit_state_cpu"  # the optax transform: codes and 
 F32_TARGET = "lazytrain_adam_f32_cpu"  # the host step of a tensor with fp32 moments
 F32_INTO_TARGET = "lazytrain_adam_f32_into_cpu"  # the same, writing its copy into the previous one's buffer
 COPY_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))  # the host step's streaming copy
+GRAD_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))  # the gradients the host step reads
 IMPLS = ("auto", "native", "xla")
 DEFAULT_IMPL = "auto"  # the optax transform and the per-unit host step alike (one default)
 _SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "adam8bit_cpu.cc")
@@ -200,9 +201,11 @@ def supports(master, g, mu, *, block_size: int, hp: AdamHyperparams, copy_dtype=
     """Whether one tensor's update can run natively (else the XLA path runs it): fp32 params and
     gradients, AdamW (a learning rate), a bf16 or fp32 copy if any, and dynamic8 state in whole
     blocks or, with ``fp32_state`` (the host step, :func:`leaf_master_step`; not the optax
-    transform), fp32 moments of any size."""
+    transform), fp32 moments of any size. The host step also reads bf16 gradients as they are
+    (:data:`GRAD_DTYPES`: no fp32 copy of the gradient on the host)."""
     fmt = q.format_of(mu.dtype)
-    return (master is not None and master.dtype == jnp.float32 and g.dtype == jnp.float32
+    grad_ok = g.dtype == jnp.float32 or (fp32_state and jnp.dtype(g.dtype) in GRAD_DTYPES)
+    return (master is not None and master.dtype == jnp.float32 and grad_ok
             and (copy_dtype is None or jnp.dtype(copy_dtype) in COPY_DTYPES)
             and master.size > 0 and hp.learning_rate is not None
             and ((fmt == "dynamic8" and master.size % block_size == 0)

@@ -126,6 +126,43 @@ def test_fp32_copy_natively_matches_xla(fp32_state):
                 if " copy(" in line and "[64,256]" in line]
 
 
+@pytest.mark.parametrize("fp32_state", [False, True])
+def test_bf16_gradients_are_read_natively_as_they_are(fp32_state):
+    """The host step reads bf16 gradients in place (no fp32 copy of the gradient first): the same
+    master, copy and moments, bit for bit, as the same gradients given in fp32, over clipped,
+    unclipped and skipped steps; the program calls the kernel on the bf16 gradient directly."""
+    from lazytrain_jax.optim import layerwise
+    layer = {"w": jnp.asarray(np.random.default_rng(5).standard_normal((64, 256)).astype(np.float32) * 0.02)}
+    keep = (lambda path, leaf: True) if fp32_state else "none"
+    moments = optim.layer_moments(optim.adamw_8bit(LR, min_8bit_size=0, fp32_state_filter=keep).init(layer))
+    grads = [jax.tree.map(lambda x: x.astype(jnp.bfloat16), _grads(layer, 30 + i, 1.0 if i % 2 == 0 else 1e-3))
+             for i in range(3)]
+    norms = [optim.global_norm_fp32(g) for g in grads] + [jnp.float32(np.nan)]
+    grads.append(grads[0])
+    out = {}
+    for dtype in (jnp.bfloat16, jnp.float32):
+        master, mom, count = jax.tree.map(jnp.copy, layer), jax.tree.map(jnp.copy, moments), 0
+        for g, norm in zip(grads, norms):
+            info, count, _ = optim.begin_step(count, 0, norm, 0.5)
+            g = jax.tree.map(lambda x: x.astype(dtype), g)
+            master, copy, mom = optim.fused_layer_step(master, g, mom, info, HP, impl="native")
+        out[jnp.dtype(dtype).name] = (master, copy, mom)
+    for a, b in zip(jax.tree.leaves(out["bfloat16"]), jax.tree.leaves(out["float32"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.array_equal(np.asarray(out["bfloat16"][0]["w"]), np.asarray(layer["w"]))
+    g16 = grads[0]
+    assert native.supports(layer["w"], g16["w"], moments.mu["w"], block_size=256, hp=HP, fp32_state=True)
+    assert not native.supports(layer["w"], g16["w"], moments.mu["w"], block_size=256, hp=HP)  # the transform
+    lowered = layerwise._fused_layer_step.trace(layer, g16, moments, info, HP, block_size=256,
+                                                copy_dtype=jnp.bfloat16, decay=(True,),
+                                                impl="native").lower(lowering_platforms=("cpu",))
+    target = native.F32_TARGET if fp32_state else native.TARGET
+    assert re.search(rf"@{target}\(%\w+, %\w+\b", lowered.as_text())
+    assert "bf16" in [line for line in lowered.as_text().splitlines() if f"@{target}(" in line][0]
+    assert not [line for line in lowered.compile().as_text().splitlines()
+                if " convert(" in line and "bf16[64,256]" in line]
+
+
 def test_native_skipped_step_leaves_state_and_donates():
     params = lt.init_model("qwen3-debug").params
     layer = params["layers"][0]

@@ -49,6 +49,15 @@ inline uint16_t to_bf16(float x) {  // round to nearest even; NaN stays a (quiet
 inline void store_copy(uint16_t* d, float x) { *d = to_bf16(x); }
 inline void store_copy(float* d, float x) { *d = x; }
 
+// The gradient as read by the host step: fp32, or bf16 (its bits the top half of an fp32: exact).
+inline float load_grad(float x) { return x; }
+inline float load_grad(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
 constexpr int64_t kChunk = 256;  // elements per pass of a block's two loops (L1-resident temporaries)
 
 // The dynamic8 codes of n elements from m, um = |m| / scale_m, uv = v / scale_v and y ~ sqrt(uv).
@@ -127,15 +136,15 @@ inline void encode_codes(int64_t n, const float* m_a, const float* um_a, const f
 // apply_updates; a u written here would be a fresh temporary, page-faulted every step).
 enum Mode { kMaster = 0, kState = 1 };
 
-template <bool kDecay, int kMode, typename CopyT>
+template <bool kDecay, int kMode, typename GradT, typename CopyT>
 void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
-                const float* __restrict__ g, float* __restrict__ p, CopyT* __restrict__ out,
+                const GradT* __restrict__ g, float* __restrict__ p, CopyT* __restrict__ out,
                 int8_t* __restrict__ mc, uint8_t* __restrict__ vc, float* __restrict__ ms,
                 float* __restrict__ vs) {
   const float om1 = 1.0f - s.b1, om2 = 1.0f - s.b2;
   for (int64_t blk = b0; blk < b1_end; ++blk) {
     const int64_t o = blk * bs;
-    const float* __restrict__ gb = g + o;
+    const GradT* __restrict__ gb = g + o;
     // (kState passes no p and no out: no pointer arithmetic on them)
     float* __restrict__ pb = kMode == kMaster ? p + o : nullptr;
     CopyT* __restrict__ cb = kMode == kMaster ? out + o : nullptr;
@@ -151,7 +160,7 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
     int mmax = 0, vmax = 0;
 #pragma omp simd reduction(max : gmax, mmax, vmax)
     for (int64_t i = 0; i < bs; ++i) {
-      gmax = std::max(gmax, std::fabs(gb[i]));
+      gmax = std::max(gmax, std::fabs(load_grad(gb[i])));
       int c = mb[i];
       mmax = std::max(mmax, c < 0 ? -c : c);
       vmax = std::max(vmax, static_cast<int>(vb[i]));
@@ -182,7 +191,7 @@ void run_blocks(int64_t b0, int64_t b1_end, int64_t bs, const Scalars s,
         const float v_old = sv_old * (q * q);
         const float c = static_cast<float>(mb[i]);
         const float m_old = v_old == 0.0f ? 0.0f : sm_old * ((c * std::fabs(c)) * kInvM2);
-        const float gg = gb[i] * s.clip;
+        const float gg = load_grad(gb[i]) * s.clip;
         const float m = om1 * gg + s.b1 * m_old;
         const float v = om2 * (gg * gg) + s.b2 * v_old;
         const float rv = std::sqrt(v);  // shared by the update and the v code's estimate
@@ -235,15 +244,15 @@ void SplitAcrossThreads(int t, Edge edge, Work work) {
   for (auto& th : pool) th.join();
 }
 
-template <int kMode, typename CopyT>
+template <int kMode, typename GradT, typename CopyT>
 ffi::Error Run(int64_t n, int64_t block_size, bool decay, int64_t threads,
-               ffi::Buffer<ffi::F32> scalars, const float* g, float* p, CopyT* out, int8_t* mc,
+               ffi::Buffer<ffi::F32> scalars, const GradT* g, float* p, CopyT* out, int8_t* mc,
                uint8_t* vc, float* ms, float* vs) {
   const Scalars s = ReadScalars(scalars);
   const int64_t nb = n / block_size;
   const int t = static_cast<int>(
       std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, nb / 64)));
-  auto* fn = decay ? &run_blocks<true, kMode, CopyT> : &run_blocks<false, kMode, CopyT>;
+  auto* fn = decay ? &run_blocks<true, kMode, GradT, CopyT> : &run_blocks<false, kMode, GradT, CopyT>;
   SplitAcrossThreads(t, [&](int i) { return nb * i / t; }, [&](int64_t lo, int64_t hi) {
     fn(lo, hi, block_size, s, g, p, out, mc, vc, ms, vs);
   });
@@ -261,6 +270,15 @@ ffi::Error WithCopy(ffi::Result<ffi::AnyBuffer>& copy, int64_t n, const char* wh
   return ffi::Error::InvalidArgument(std::string(what) + ": the copy must be bf16 or f32");
 }
 
+// f(typed pointer to the gradient's data), the gradient being bf16 (uint16_t) or f32 (float);
+// InvalidArgument naming `what` otherwise.
+template <typename F>
+ffi::Error WithGrad(ffi::AnyBuffer g, const char* what, F f) {
+  if (g.element_type() == ffi::DataType::BF16) return f(static_cast<const uint16_t*>(g.untyped_data()));
+  if (g.element_type() == ffi::DataType::F32) return f(static_cast<const float*>(g.untyped_data()));
+  return ffi::Error::InvalidArgument(std::string(what) + ": the gradient must be bf16 or f32");
+}
+
 ffi::Error CheckShapes(int64_t n, int64_t block_size, int64_t num_scales, int64_t num_scalars) {
   if (block_size <= 0 || n % block_size != 0)
     return ffi::Error::InvalidArgument("adam8bit: size must be a multiple of block_size");
@@ -275,7 +293,7 @@ void CopyIfNotAliased(T* dst, const T* src, int64_t count) {  // XLA could not a
 }
 
 // The host step: p, codes and scales updated in place (aliased), the copy (bf16 or fp32) of the new p.
-ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
+ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::AnyBuffer g,
                         ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
                         ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
                         ffi::Buffer<ffi::F32> scalars, ffi::ResultBuffer<ffi::F32> p,
@@ -292,14 +310,16 @@ ffi::Error Adam8bitImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
   CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
   CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
   return WithCopy(copy, n, "adam8bit", [&](auto* out) {
-    return Run<kMaster>(n, block_size, decay, threads, scalars, g.typed_data(), p->typed_data(), out,
-                        mc->typed_data(), vc->typed_data(), ms->typed_data(), vs->typed_data());
+    return WithGrad(g, "adam8bit", [&](auto* gp) {
+      return Run<kMaster>(n, block_size, decay, threads, scalars, gp, p->typed_data(), out,
+                          mc->typed_data(), vc->typed_data(), ms->typed_data(), vs->typed_data());
+    });
   });
 }
 
 // The same, writing the copy into the buffer of the previous one (aliased to `copy`, its contents
 // unread): no fresh copy buffer per step, so none of the page faults of newly mapped memory.
-ffi::Error Adam8bitIntoImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g,
+ffi::Error Adam8bitIntoImpl(ffi::Buffer<ffi::F32> p_in, ffi::AnyBuffer g,
                             ffi::Buffer<ffi::S8> mc_in, ffi::Buffer<ffi::U8> vc_in,
                             ffi::Buffer<ffi::F32> ms_in, ffi::Buffer<ffi::F32> vs_in,
                             ffi::Buffer<ffi::F32> scalars, ffi::AnyBuffer copy_in,
@@ -327,7 +347,7 @@ ffi::Error Adam8bitStateImpl(ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::S8> mc_in
   CopyIfNotAliased(vc->typed_data(), vc_in.typed_data(), n);
   CopyIfNotAliased(ms->typed_data(), ms_in.typed_data(), nb);
   CopyIfNotAliased(vs->typed_data(), vs_in.typed_data(), nb);
-  return Run<kState, uint16_t>(n, block_size, false, threads, scalars, g.typed_data(), nullptr,
+  return Run<kState, float, uint16_t>(n, block_size, false, threads, scalars, g.typed_data(), nullptr,
                                static_cast<uint16_t*>(nullptr),
                      mc->typed_data(), vc->typed_data(), ms->typed_data(), vs->typed_data());
 }
@@ -335,8 +355,8 @@ ffi::Error Adam8bitStateImpl(ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::S8> mc_in
 // fp32 moments (the state ``fp32_state_filter`` keeps in fp32: embeddings, norms, biases by
 // default): AdamW elementwise, the master in place, its copy (bf16 or fp32), m and v in place. One pass:
 // read p g m v, write p copy m v (30 B/param); XLA's path takes several (kernel.leaf_update).
-template <bool kDecay, typename CopyT>
-void run_fp32(int64_t lo, int64_t hi, const Scalars s, const float* __restrict__ g,
+template <bool kDecay, typename GradT, typename CopyT>
+void run_fp32(int64_t lo, int64_t hi, const Scalars s, const GradT* __restrict__ g,
               float* __restrict__ p, CopyT* __restrict__ cb, float* __restrict__ m,
               float* __restrict__ v) {
   if (s.apply == 0.0f) {  // skipped step: moments kept, the copy written
@@ -346,7 +366,7 @@ void run_fp32(int64_t lo, int64_t hi, const Scalars s, const float* __restrict__
   const float om1 = 1.0f - s.b1, om2 = 1.0f - s.b2;
 #pragma omp simd
   for (int64_t i = lo; i < hi; ++i) {
-    const float gg = g[i] * s.clip;
+    const float gg = load_grad(g[i]) * s.clip;
     const float mi = om1 * gg + s.b1 * m[i];
     const float vi = om2 * (gg * gg) + s.b2 * v[i];
     float u = (mi * s.inv_bc1) / (std::sqrt(vi * s.inv_bc2) + s.eps);
@@ -359,13 +379,13 @@ void run_fp32(int64_t lo, int64_t hi, const Scalars s, const float* __restrict__
   }
 }
 
-template <typename CopyT>
+template <typename GradT, typename CopyT>
 ffi::Error RunFp32(int64_t n, bool decay, int64_t threads, ffi::Buffer<ffi::F32> scalars,
-                   const float* g, float* p, CopyT* copy, float* m, float* v) {
+                   const GradT* g, float* p, CopyT* copy, float* m, float* v) {
   const Scalars s = ReadScalars(scalars);
   constexpr int64_t kGrain = 1 << 14;  // elements a thread takes at least
   const int t = static_cast<int>(std::min<int64_t>(num_threads(threads), std::max<int64_t>(1, n / kGrain)));
-  auto* fn = decay ? &run_fp32<true, CopyT> : &run_fp32<false, CopyT>;
+  auto* fn = decay ? &run_fp32<true, GradT, CopyT> : &run_fp32<false, GradT, CopyT>;
   // split on multiples of 16 elements (whole cache lines of p, m and v per thread)
   SplitAcrossThreads(t, [&](int i) { return i == t ? n : (n * i / t) & ~int64_t{15}; },
                      [&](int64_t lo, int64_t hi) { fn(lo, hi, s, g, p, copy, m, v); });
@@ -373,7 +393,7 @@ ffi::Error RunFp32(int64_t n, bool decay, int64_t threads, ffi::Buffer<ffi::F32>
 }
 
 // The host step for fp32 moments: p, m and v updated in place (aliased), the copy (bf16 or fp32) of the new p.
-ffi::Error AdamF32Impl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::F32> m_in,
+ffi::Error AdamF32Impl(ffi::Buffer<ffi::F32> p_in, ffi::AnyBuffer g, ffi::Buffer<ffi::F32> m_in,
                        ffi::Buffer<ffi::F32> v_in, ffi::Buffer<ffi::F32> scalars,
                        ffi::ResultBuffer<ffi::F32> p, ffi::Result<ffi::AnyBuffer> copy,
                        ffi::ResultBuffer<ffi::F32> m, ffi::ResultBuffer<ffi::F32> v, bool decay,
@@ -386,13 +406,14 @@ ffi::Error AdamF32Impl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g, ffi:
   CopyIfNotAliased(m->typed_data(), m_in.typed_data(), n);
   CopyIfNotAliased(v->typed_data(), v_in.typed_data(), n);
   return WithCopy(copy, n, "adam fp32", [&](auto* out) {
-    return RunFp32(n, decay, threads, scalars, g.typed_data(), p->typed_data(), out, m->typed_data(),
-                   v->typed_data());
+    return WithGrad(g, "adam fp32", [&](auto* gp) {
+      return RunFp32(n, decay, threads, scalars, gp, p->typed_data(), out, m->typed_data(), v->typed_data());
+    });
   });
 }
 
 // The same, writing the copy into the previous one's buffer (aliased to `copy`, its contents unread).
-ffi::Error AdamF32IntoImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::F32> m_in,
+ffi::Error AdamF32IntoImpl(ffi::Buffer<ffi::F32> p_in, ffi::AnyBuffer g, ffi::Buffer<ffi::F32> m_in,
                            ffi::Buffer<ffi::F32> v_in, ffi::Buffer<ffi::F32> scalars,
                            ffi::AnyBuffer copy_in, ffi::ResultBuffer<ffi::F32> p,
                            ffi::Result<ffi::AnyBuffer> copy, ffi::ResultBuffer<ffi::F32> m,
@@ -405,11 +426,12 @@ ffi::Error AdamF32IntoImpl(ffi::Buffer<ffi::F32> p_in, ffi::Buffer<ffi::F32> g, 
 }  // namespace
 
 // The host step's signature, shared by its two targets (the second takes the previous copy as
-// one more argument): p, g, codes, scales and the scalars in; p, the copy, codes and scales out.
+// one more argument): p, g (bf16 or f32), codes, scales and the scalars in; p, the copy, codes and
+// scales out.
 template <typename B>
 auto MasterArgs(B binding) {
   return std::move(binding).template Arg<ffi::Buffer<ffi::F32>>()
-      .template Arg<ffi::Buffer<ffi::F32>>()
+      .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::Buffer<ffi::S8>>()
       .template Arg<ffi::Buffer<ffi::U8>>()
       .template Arg<ffi::Buffer<ffi::F32>>()
@@ -450,11 +472,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LtAdam8bitStateCpu, Adam8bitStateImpl,
                                   .Attr<int64_t>("block_size")
                                   .Attr<int64_t>("threads"));
 
-// The fp32-moment host step: p, g, m, v and the scalars in; p, the copy, m and v out.
+// The fp32-moment host step: p, g (bf16 or f32), m, v and the scalars in; p, the copy, m and v out.
 template <typename B>
 auto F32Args(B binding) {
   return std::move(binding).template Arg<ffi::Buffer<ffi::F32>>()
-      .template Arg<ffi::Buffer<ffi::F32>>()
+      .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::Buffer<ffi::F32>>()
       .template Arg<ffi::Buffer<ffi::F32>>()
       .template Arg<ffi::Buffer<ffi::F32>>();
