@@ -33,6 +33,12 @@ def residual_bytes(cfg, kind: str, micro_batch: int, seq_len: int, stream_dtype:
                        workspace="none").residual
 
 
+def default_grad_dtype(stream_dtype: str) -> str:
+    """The dtype gradients go down to the host in for a run streaming ``stream_dtype`` (fp32 for
+    fp32 streaming, else bfloat16): the Costs' ``grad_dtype`` and what the profiler's probes use."""
+    return "float32" if stream_dtype == "float32" else "bfloat16"
+
+
 def unit_costs(model_or_config, *, batch_size: int, seq_len: int, num_micro_batches: int = 1,
                stream_dtype: str = "bfloat16", grad_dtype: str | None = None, device_flops: float = 1e12) -> Costs:
     """``analytic_costs`` at the stream dtype with every layer's residual bytes read off the real unit.
@@ -57,7 +63,7 @@ def unit_costs(model_or_config, *, batch_size: int, seq_len: int, num_micro_batc
     cfg = getattr(model_or_config, "config", model_or_config)
     if stream_dtype not in STREAM_BYTES:
         raise ValueError(f"stream_dtype={stream_dtype!r}; valid: {sorted(STREAM_BYTES)}")
-    grad_dtype = grad_dtype or ("float32" if stream_dtype == "float32" else "bfloat16")
+    grad_dtype = grad_dtype or default_grad_dtype(stream_dtype)
     costs = analytic_costs(cfg, batch_size=batch_size, seq_len=seq_len, device_flops=device_flops,
                            num_micro_batches=num_micro_batches, grad_dtype=grad_dtype, stream_dtype=stream_dtype)
     micro = batch_size // num_micro_batches
@@ -231,18 +237,21 @@ def _measure_host_optimizer(cfg, host_sharding, stream_dtype, repeats: int, cold
     kind = cfg.layer_kinds[0]
     master = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 0.01, np.float32), host_sharding),
                           get_units(cfg).abstract_params(kind))
-    # per parameter in a step: fp32 master and gradient, two 8-bit moments, the stream copy
-    per_param = 4 + 4 + 2 + jnp.dtype(stream_dtype).itemsize
+    # per parameter in a step: fp32 master, the gradient (in the dtype it comes down in: the host
+    # step reads bf16 as it is), two 8-bit moments, the stream copy
+    grad_dtype = jnp.dtype(default_grad_dtype(stream_dtype))
+    per_param = 4 + grad_dtype.itemsize + 2 + jnp.dtype(stream_dtype).itemsize
     step_bytes = sum(cfg.layer_num_params(k) for k in cfg.layer_kinds) * per_param
     evict = _cache_evictor(step_bytes if cold is None else (math.inf if cold else 0))
-    return _unit_update_rate(master, 1, 1, host_sharding, stream_dtype, repeats, evict)
+    return _unit_update_rate(master, 1, 1, host_sharding, stream_dtype, repeats, evict, grad_dtype)
 
 
-def _unit_update_rate(master, u: int, num_layers: int, host_sharding, stream_dtype, repeats: int, evict) -> float:
+def _unit_update_rate(master, u: int, num_layers: int, host_sharding, stream_dtype, repeats: int, evict,
+                      grad_dtype=np.float32) -> float:
     """Parameters per second of ``adamw_8bit``'s per-unit update of ``master`` as unit ``u`` of a
-    ``num_layers``-layer model, run as the engine runs it (``UnitAdamW8bit.update_unit``, the
-    previous copy donated and its buffers reused), ``evict()`` before each call; the median of
-    ``repeats`` timed calls after two untimed ones."""
+    ``num_layers``-layer model, run as the engine runs it (``UnitAdamW8bit.update_unit`` on
+    gradients in ``grad_dtype``, the previous copy donated and its buffers reused), ``evict()``
+    before each call; the median of ``repeats`` timed calls after two untimed ones."""
     from lazytrain_jax import optim
     from lazytrain_jax.executor import host_optim
 
@@ -253,7 +262,7 @@ def _unit_update_rate(master, u: int, num_layers: int, host_sharding, stream_dty
 
     opt = host_optim.UnitAdamW8bit(optim.hyperparams_of(optim.adamw_8bit(1e-5, max_grad_norm=1.0)),
                                    host_sharding, num_layers, jnp.dtype(stream_dtype))
-    grads = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 1e-3, np.float32), host_sharding), master)
+    grads = jax.tree.map(lambda a: jax.device_put(np.full(a.shape, 1e-3, grad_dtype), host_sharding), master)
     num_params = sum(x.size for x in jax.tree.leaves(master))  # before the first call donates it
     info, hp, _, _ = opt.begin(opt.init(tree_of(master)), 1.0)
     holder = {"m": master, "copy": None}
@@ -323,7 +332,7 @@ def _measure_embed_backward(cfg, batch_size: int, seq_len: int, num_micro_batche
     added, at the run's shapes (the engine waits for it at the end of the backward)."""
     from lazytrain_jax.executor.run import _embed_grad_fn
     host = links.host_store(jax.devices()[0])
-    grad_dtype = np.float32 if stream_dtype == "float32" else jnp.bfloat16  # as measured_costs' Costs
+    grad_dtype = jnp.dtype(default_grad_dtype(stream_dtype))  # as measured_costs' Costs
     micro = batch_size // num_micro_batches
     rng = np.random.default_rng(2)
     put = functools.partial(jax.device_put, device=host)
