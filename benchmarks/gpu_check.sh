@@ -18,4 +18,7 @@ GLIBC_TUNABLES=glibc.malloc.hugetlb=1 timeout 60 python benchmarks/transfer_path
 # the native kernel's fp32 loop (the first forward item waits for it every step)
 JAX_PLATFORMS=cpu timeout 60 python benchmarks/optimizer_cpu.py --embedding 151936x2048 --repeats 5 \
   || echo "optimizer_cpu --embedding failed or timed out"
+# a 3B layer's host step on bf16 gradients: read as they are against cast to fp32 first
+JAX_PLATFORMS=cpu timeout 40 python benchmarks/optimizer_cpu.py --bf16-grads 77M --repeats 5 \
+  || echo "optimizer_cpu --bf16-grads failed or timed out"
 timeout "${CHECK_TIMEOUT:-420}" python benchmarks/gpu_check.py --preset "${PRESET:-qwen2.5-3b}" --batch "${BATCH:-4}" --seq "${SEQ:-1024}" --budget-gb "${BUDGET_GB:-24}" --trace-dir "${TRACE_DIR:-}"
