@@ -339,7 +339,10 @@ def _measure_embed_backward(cfg, batch_size: int, seq_len: int, num_micro_batche
     master = jax.tree.map(lambda a: put(np.full(a.shape, 0.01, np.float32)), get_units(cfg).abstract_params("embed"))
     ids = put(rng.integers(0, cfg.vocab_size, (batch_size, seq_len)).astype(np.int32))
     g0 = [put(np.full((micro, seq_len, cfg.hidden_size), 1e-3, grad_dtype)) for _ in range(num_micro_batches)]
-    tied = put(np.full((cfg.vocab_size, cfg.hidden_size), 1e-3, np.float32)) if cfg.tie_word_embeddings else None
+    # a tied head's gradient comes down as the head computed it (the stream dtype) from one
+    # micro-batch, summed in fp32 from several
+    tied_dtype = jnp.dtype(stream_dtype) if num_micro_batches == 1 else np.float32
+    tied = put(np.full((cfg.vocab_size, cfg.hidden_size), 1e-3, tied_dtype)) if cfg.tie_word_embeddings else None
     fn = _embed_grad_fn(cfg, host)
     return median_seconds(lambda: fn(master, ids, g0, tied), repeats)
 

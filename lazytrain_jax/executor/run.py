@@ -295,10 +295,8 @@ class StepRun:
         transform; the device arrays stay accounted under ``tag`` until the copy is done."""
         e = self.e
         e.ledger.add(tag, device_tree, item=name)
-        if e.opt.splittable:
-            fut = e._submit("d2h", f"grad {name}", lambda: self._down(down, to_host=True))
-        else:
-            fut = e._submit("d2h", f"grad {name}", lambda: self._host_f32(self._down(down, to_host=True)))
+        landed = (lambda tree: tree) if e.opt.splittable else self._host_f32
+        fut = e._submit("d2h", f"grad {name}", lambda: landed(self._down(down, to_host=True)))
         self.deferred.append((fut, lambda: e.ledger.free(tag)))
         # the step model's deadline: the copy down is done by the end of the next item (its device
         # buffers are then freed, so at most two gradients are on the device, as memory.py counts)
