@@ -1206,6 +1206,43 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     Example:
       >>> plan = solve(costs, Hardware.preset("h800"))
     """
+    with _quick_thread_switches():
+        return _solve(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                      time_limit_s=time_limit_s, rel_gap=rel_gap, warm_start=warm_start, objective=objective,
+                      cutoff=cutoff, depths=depths, search_evaluations=search_evaluations, max_nodes=max_nodes,
+                      residual_offload=residual_offload, verbose=verbose, stats=stats)
+
+
+SWITCH_INTERVAL_S = 5e-4  # the interpreter's thread switch interval during a solve (Python's default: 5 ms)
+_SWITCH_LOCK = threading.Lock()
+_SWITCH_DEPTH = [0, None]  # solves running now, the interval to restore when the last ends
+
+
+@contextlib.contextmanager
+def _quick_thread_switches():
+    """The interpreter's thread switch interval at most ``SWITCH_INTERVAL_S`` while solves run (the
+    previous one restored when the last ends). HiGHS runs in threads beside the search and the
+    model building, which hold the interpreter lock, and scipy's HiGHS wrapper takes that lock back
+    now and then: at Python's default 5 ms it waited for it, at 0.5 ms not (the union LP of the
+    random row at 64 layers beside the search: 0.58 s against 0.48 s alone and beside it;
+    ``benchmarks/RESULTS.md``, "Thread switches during a solve"). The plans are the same."""
+    with _SWITCH_LOCK:
+        if _SWITCH_DEPTH[0] == 0:
+            _SWITCH_DEPTH[1] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_SWITCH_DEPTH[1], SWITCH_INTERVAL_S))
+        _SWITCH_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _SWITCH_LOCK:
+            _SWITCH_DEPTH[0] -= 1
+            if _SWITCH_DEPTH[0] == 0:
+                sys.setswitchinterval(_SWITCH_DEPTH[1])
+
+
+def _solve(costs, hardware, *, max_segment_length, max_resident_tail, time_limit_s, rel_gap, warm_start, objective,
+           cutoff, depths, search_evaluations, max_nodes, residual_offload, verbose, stats):
+    """:func:`solve` (its thread switch interval set)."""
     t0 = time.perf_counter()
     stats = {} if stats is None else stats
     stats.update(search_s=0.0, lp_s=0.0, lp_solves=0, neighbourhood_s=0.0, rens_s=0.0, rens_runs=0, bb_s=0.0, bb_runs=0,

@@ -283,3 +283,37 @@ def test_solver_runs_get_what_is_left_of_the_time_limit(monkeypatch):
     milp.solve(costs, hw, rel_gap=0.0, time_limit_s=1000.0)
     assert limits and all(milp.MIN_RUN_S <= t < 1000.0 for t in limits)
     assert limits == sorted(limits, reverse=True)  # what is left only shrinks
+
+
+def test_solve_shortens_the_thread_switch_interval_and_restores_it(monkeypatch):
+    """While solves run (several at once too) the interpreter switches threads at most every
+    ``SWITCH_INTERVAL_S``; the caller's interval comes back when the last one ends, also after an
+    error."""
+    import sys
+    import threading
+
+    seen, before = [], sys.getswitchinterval()
+    inner = milp._solve
+
+    def spy(*args, **kwargs):
+        seen.append(sys.getswitchinterval())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(milp, "_solve", spy)
+    costs = instance(4, 0)
+    hw = hardware_for(costs, *CASES[0][2:])
+    threads = [threading.Thread(target=milp.solve, args=(costs, hw)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 3 and all(s == pytest.approx(min(before, milp.SWITCH_INTERVAL_S)) for s in seen)
+    assert sys.getswitchinterval() == pytest.approx(before)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(milp, "_solve", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        milp.solve(costs, hw)
+    assert sys.getswitchinterval() == pytest.approx(before)
