@@ -72,8 +72,9 @@ def main():
           flush=True)
     from lazytrain_jax.executor import links
     staging = links.staging(dev)
-    way = (", ".join(f"{np.dtype(d).name} {links.to_host_path(staging, links.host_store(dev), dtype=d)}"
-                     for d in (jnp.bfloat16, np.float32)) if staging is not None else "direct (no staging)")
+    way = (", ".join(f"{d} {p}" for d, p in links.to_host_paths(staging, links.host_store(dev),
+                                                                 (jnp.bfloat16, np.float32)).items())
+           if staging is not None else "direct (no staging)")
     print(f"gradients to the host store by: {way}; the embedding's update counts as "
           f"{costs.optimizer_params[0] / 1e6:.0f}M of its {costs.num_params[0] / 1e6:.0f}M parameters "
           f"(fp32 Adam state, timed apart)", flush=True)

@@ -376,34 +376,47 @@ def _print_table(rows, num_params, n):
               f"| {hlo_txt:>11} | {bpp:13.3f} |")
 
 
+def _interleaved_host_steps(setups: dict, repeats: int) -> dict:
+    """Seconds of the executor's host step (``fused_layer_step``, norm given, the previous copy
+    donated and holding the new one) per setup, interleaved medians. ``setups``: name -> (master,
+    moments, a function giving the step's gradients, impl)."""
+    import jax.numpy as jnp
+
+    from lazytrain_jax import optim
+    from lazytrain_jax.executor.profiler import median_seconds_interleaved
+
+    hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
+    info, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
+    boxes = {name: [master, moments, None] for name, (master, moments, _, _) in setups.items()}
+
+    def run(name):
+        b, (_, _, grads, impl) = boxes[name], setups[name]
+        b[0], b[2], b[1] = optim.fused_layer_step(b[0], grads(), b[1], info, hp, impl=impl, copy=b[2])
+        return b
+    return median_seconds_interleaved({name: (lambda name=name: run(name)) for name in setups}, repeats=repeats,
+                                      warmup=2)
+
+
 def embedding_step(vocab: int, hidden: int, repeats: int) -> None:
     """The host step of one embedding whose Adam state ``adamw_8bit``'s default policy keeps in fp32
     (``fp32_state_filter``), as the executor runs it (norm given, the previous copy donated): the
     XLA path against the native kernel's fp32 loop, interleaved medians."""
-    import jax
     import jax.numpy as jnp
     import numpy as np
 
     from lazytrain_jax import optim
-    from lazytrain_jax.executor.profiler import median_seconds_interleaved
     from lazytrain_jax.optim import native
 
-    hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
     rng = np.random.default_rng(0)
     g = {"embed": jnp.asarray(rng.standard_normal((vocab, hidden), dtype=np.float32) * 1e-3)}
-    info, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
     impls = ("xla", "native") if native.available() else ("xla",)
-    boxes = {}
+    setups = {}
     for impl in impls:
         master = {"embed": jnp.asarray(rng.standard_normal((vocab, hidden), dtype=np.float32) * 0.02)}
-        boxes[impl] = [master, optim.layer_moments(optim.adamw_8bit(1e-3).init(master)), None]
-        assert boxes[impl][1].mu["embed"].dtype == jnp.float32  # the default policy's fp32 state
-
-    def run(impl):
-        b = boxes[impl]
-        b[0], b[2], b[1] = optim.fused_layer_step(b[0], g, b[1], info, hp, impl=impl, copy=b[2])
-        return b
-    t = median_seconds_interleaved({i: (lambda i=i: run(i)) for i in impls}, repeats=repeats, warmup=2)
+        moments = optim.layer_moments(optim.adamw_8bit(1e-3).init(master))
+        assert moments.mu["embed"].dtype == jnp.float32  # the default policy's fp32 state
+        setups[impl] = (master, moments, lambda: g, impl)
+    t = _interleaved_host_steps(setups, repeats)
     n = vocab * hidden
     print(f"embedding {vocab} x {hidden} ({n / 1e6:.1f}M parameters, fp32 Adam state), one host step: "
           + "; ".join(f"{i} {t[i] * 1e3:.1f} ms ({n / t[i] / 1e9:.2f} G params/s)" for i in impls)
@@ -420,30 +433,22 @@ def bf16_grad_step(n: int, repeats: int) -> None:
     import numpy as np
 
     from lazytrain_jax import optim
-    from lazytrain_jax.executor.profiler import median_seconds_interleaved
     from lazytrain_jax.optim import native
 
-    hp = optim.AdamHyperparams(0.9, 0.999, 1e-8, 1e-3, 0.01)
     rng = np.random.default_rng(0)
     shape = (n // 4 // 1024, 1024)
     names = ("q", "o", "up", "down")
     g16 = {k: jnp.asarray((rng.standard_normal(shape, dtype=np.float32) * 1e-3).astype(jnp.bfloat16)) for k in names}
-    info, _, _ = optim.begin_step(0, 0, jnp.float32(0.5), 1.0)
     to_f32 = jax.jit(lambda t: jax.tree.map(lambda x: x.astype(jnp.float32), t))
-    boxes = {}
-    for way in ("cast, then the step", "the step on bf16"):
+    setups = {}
+    for way, grads in (("cast, then the step", lambda: to_f32(g16)), ("the step on bf16", lambda: g16)):
         master = {k: jnp.asarray(rng.standard_normal(shape, dtype=np.float32) * 0.02) for k in names}
-        boxes[way] = [master, optim.layer_moments(optim.adamw_8bit(1e-3, fp32_state_filter="none").init(master)), None]
-
-    def run(way):
-        b = boxes[way]
-        g = to_f32(g16) if way.startswith("cast") else g16
-        b[0], b[2], b[1] = optim.fused_layer_step(b[0], g, b[1], info, hp, copy=b[2])
-        return b
-    t = median_seconds_interleaved({w: (lambda w=w: run(w)) for w in boxes}, repeats=repeats, warmup=2)
+        moments = optim.layer_moments(optim.adamw_8bit(1e-3, fp32_state_filter="none").init(master))
+        setups[way] = (master, moments, grads, native.DEFAULT_IMPL)
+    t = _interleaved_host_steps(setups, repeats)
     num = 4 * shape[0] * shape[1]
     print(f"host step of {num / 1e6:.1f}M parameters (8-bit state) on bf16 gradients, impl "
-          f"{native.resolve_impl('auto')}: " + "; ".join(f"{w} {t[w] * 1e3:.1f} ms" for w in boxes)
+          f"{native.resolve_impl('auto')}: " + "; ".join(f"{w} {t[w] * 1e3:.1f} ms" for w in setups)
           + f" ({t['cast, then the step'] / t['the step on bf16']:.2f}x)")
 
 

@@ -98,8 +98,7 @@ def main():
         except Exception as e:  # noqa: BLE001
             print(f"{name:<30} failed: {type(e).__name__}: {str(e)[:120]}")
     if staging is not None:
-        chosen = {np.dtype(d).name: links.to_host_path(staging, links.host_store(dev), dtype=d)
-                  for d in (jax.numpy.bfloat16, np.float32)}
+        chosen = links.to_host_paths(staging, links.host_store(dev), (jax.numpy.bfloat16, np.float32))
         print(f"links.to_host_path chooses: {chosen}")
     if "pinned_host" in kinds and dev.platform != "cpu":
         cw = srcs["cpu-backend array"][0]

@@ -160,8 +160,8 @@ class StreamingEngine:
         self.host_sharding = links.host_store(self.devices[0])  # copies: executor/links.py
         self.staging = links.staging(self.devices[0])
         if self.staging is not None:  # measure the gradients' way to the host now, not inside a step
-            for dtype in {jnp.dtype(self.grad_dtype), jnp.dtype(jnp.float32)}:  # summed micro-batches: fp32
-                links.to_host_path(self.staging, self.host_sharding, dtype=dtype)
+            links.to_host_paths(self.staging, self.host_sharding,
+                                (self.grad_dtype, jnp.float32))  # summed micro-batches: fp32
         self.budget = plan.predicted_peak_device_bytes - plan.hardware.device_margin
         self.ledger = DeviceLedger(self.budget, self.devices[0])
         self.audit_memory = audit_memory

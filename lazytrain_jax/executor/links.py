@@ -122,6 +122,11 @@ def to_host_path(staging_sharding, host_sharding, *, dtype=np.float32, probe_byt
     return _CHOSEN[key]
 
 
+def to_host_paths(staging_sharding, host_sharding, dtypes) -> dict:
+    """:func:`to_host_path` for each of ``dtypes``: ``{dtype name: path name}``."""
+    return {np.dtype(d).name: to_host_path(staging_sharding, host_sharding, dtype=d) for d in dtypes}
+
+
 def fastest_path(staging_sharding, host_sharding, probe_bytes: int, repeats: int, clock, *,
                  dtype=np.float32) -> str:
     """See :func:`to_host_path` (this measures; that caches)."""

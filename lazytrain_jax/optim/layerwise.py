@@ -195,7 +195,7 @@ def _fused_layer_step(master, grads, moments, step, hp, copy=None, *, block_size
     # the previous copy, donated: each tensor's new copy is written into its buffer
     old_copies = treedef.flatten_up_to(copy) if copy is not None else [None] * len(leaves)
     fast_ok = [impl == "native" and native.supports(p, g, mu, block_size=block_size,
-                                                    copy_dtype=copy_dtype, hp=hp, fp32_state=True)
+                                                    copy_dtype=copy_dtype, hp=hp, host_step=True)
                for p, g, mu in zip(leaves, g_leaves, state[0])]
     threads = native.thread_shares([p.size if ok else 0 for p, ok in zip(leaves, fast_ok)])
     outs = []

@@ -197,19 +197,19 @@ def on_cpu(native_fn, xla_fn, *args):
 
 
 def supports(master, g, mu, *, block_size: int, hp: AdamHyperparams, copy_dtype=None,
-             fp32_state: bool = False) -> bool:
-    """Whether one tensor's update can run natively (else the XLA path runs it): fp32 params and
-    gradients, AdamW (a learning rate), a bf16 or fp32 copy if any, and dynamic8 state in whole
-    blocks or, with ``fp32_state`` (the host step, :func:`leaf_master_step`; not the optax
-    transform), fp32 moments of any size. The host step also reads bf16 gradients as they are
+             host_step: bool = False) -> bool:
+    """Whether one tensor's update can run natively (else the XLA path runs it): fp32 params,
+    AdamW (a learning rate), a bf16 or fp32 copy if any, fp32 gradients and dynamic8 state in
+    whole blocks. ``host_step``: the host step (:func:`leaf_master_step`), not the optax transform,
+    which also takes fp32 moments of any size and reads bf16 gradients as they are
     (:data:`GRAD_DTYPES`: no fp32 copy of the gradient on the host)."""
     fmt = q.format_of(mu.dtype)
-    grad_ok = g.dtype == jnp.float32 or (fp32_state and jnp.dtype(g.dtype) in GRAD_DTYPES)
+    grad_ok = g.dtype == jnp.float32 or (host_step and jnp.dtype(g.dtype) in GRAD_DTYPES)
     return (master is not None and master.dtype == jnp.float32 and grad_ok
             and (copy_dtype is None or jnp.dtype(copy_dtype) in COPY_DTYPES)
             and master.size > 0 and hp.learning_rate is not None
             and ((fmt == "dynamic8" and master.size % block_size == 0)
-                 or (fmt == "fp32" and fp32_state and mu.dtype == jnp.float32)))
+                 or (fmt == "fp32" and host_step and mu.dtype == jnp.float32)))
 
 
 def thread_shares(sizes) -> list[int]:
@@ -275,7 +275,7 @@ def leaf_master_step(master, g, mu, nu, mu_s, nu_s, info: StepInfo, hp: AdamHype
     """``kernel.leaf_master_step`` as one native call: ``(master, copy, mu, nu, mu_s, nu_s)``.
 
     Call inside ``jit`` with ``master``, ``mu``, ``nu`` and the scales donated (they are written
-    in place). Requires :func:`available` and :func:`supports` (``fp32_state=True``): dynamic8
+    in place). Requires :func:`available` and :func:`supports` (``host_step=True``): dynamic8
     moments take the fused 8-bit loop, fp32 moments (``fp32_state_filter``'s tensors) a one-pass
     AdamW (read p g m v, write p copy m v), their scales passed through.
 

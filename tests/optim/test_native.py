@@ -151,7 +151,7 @@ def test_bf16_gradients_are_read_natively_as_they_are(fp32_state):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert not np.array_equal(np.asarray(out["bfloat16"][0]["w"]), np.asarray(layer["w"]))
     g16 = grads[0]
-    assert native.supports(layer["w"], g16["w"], moments.mu["w"], block_size=256, hp=HP, fp32_state=True)
+    assert native.supports(layer["w"], g16["w"], moments.mu["w"], block_size=256, hp=HP, host_step=True)
     assert not native.supports(layer["w"], g16["w"], moments.mu["w"], block_size=256, hp=HP)  # the transform
     lowered = layerwise._fused_layer_step.trace(layer, g16, moments, info, HP, block_size=256,
                                                 copy_dtype=jnp.bfloat16, decay=(True,),
