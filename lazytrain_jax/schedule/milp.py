@@ -978,7 +978,7 @@ def _parallel_lps(problems: list, points=None) -> list:
     """``_highs_solve`` of each of ``problems`` (prepared arrays), side by side in threads (HiGHS
     releases the interpreter lock); ``points``: one list per problem for its solution, or None."""
     with concurrent.futures.ThreadPoolExecutor(len(problems)) as pool:
-        return list(pool.map(_highs_solve, problems, points if points is not None else [None] * len(problems)))
+        return list(pool.map(_owned(_highs_solve), problems, points if points is not None else [None] * len(problems)))
 
 
 def _depth_split(union_built: Built, arrays) -> tuple:
@@ -1037,7 +1037,7 @@ def _timed(fn, *args, background: bool = True) -> concurrent.futures.Future:
         future.set_result(timed())
         return future
     pool = concurrent.futures.ThreadPoolExecutor(1)
-    future = pool.submit(timed)
+    future = pool.submit(_owned(timed))
     pool.shutdown(wait=False)
     return future
 
@@ -1054,7 +1054,7 @@ def _background_lps(builts: list, workers: int = 1, points: list | None = None):
     if any(a is None for a in arrays):
         return lambda: [_relaxed(b) for b in builts]
     pool = concurrent.futures.ThreadPoolExecutor(workers)
-    futures = [pool.submit(_highs_solve, a, points[-len(builts) + i] if points is not None else None)
+    futures = [pool.submit(_owned(_highs_solve), a, points[-len(builts) + i] if points is not None else None)
                for i, a in enumerate(arrays)]
     pool.shutdown(wait=False)
 
@@ -1106,32 +1106,69 @@ def _highs_arrays(m: mip.Model):
 
 def _highs_solve(arrays, point: list | None = None) -> float | None:
     """:func:`_highs_lp` on prepared arrays (HiGHS itself releases the interpreter lock).
-    ``point``: if a list, the LP's solution (its variable values) is appended to it when optimal."""
-    from scipy.optimize import linprog
+    ``point``: if a list, the LP's solution (its variable values) is appended to it when optimal.
+
+    Only a bound is needed: HiGHS' interior point method ends without a crossover to a vertex and
+    without presolve (nothing to undo; a quarter less time at 64-128 layers), its value lowered
+    by its gap tolerance; where it does not end optimal or infeasible, HiGHS' defaults (crossover:
+    an exact vertex optimum). Through scipy's bundled HiGHS object where it is there
+    (``_highs_object``), whose run never takes the interpreter lock, else scipy's ``linprog``,
+    whose wrapper takes it back now and then."""
     cost, args, const = arrays
+    if _highs_object() is not None:
+        status, fun, x = _highs_lp_direct(arrays)
+    else:
+        status, fun, x = _highs_lp_scipy(arrays)
+    if status == "infeasible":
+        return float("inf")
+    if status is None:
+        return None
+    if point is not None:
+        point.append(x)
+    return fun - (IPM_GAP * (1.0 + abs(fun)) if status == "interior" else 0.0) + const
+
+
+IPM_OPTIONS = dict(presolve="off", solver="ipm", run_crossover="off", ipm_optimality_tolerance=IPM_GAP)
+
+
+def _highs_lp_direct(arrays):
+    """The LP of ``arrays`` by scipy's bundled HiGHS object: ``(status, objective, x)``, status
+    "interior" (the interior point's end), "vertex" (HiGHS' defaults, where the interior point did
+    not end optimal), "infeasible" or None (HiGHS could not say)."""
+    import numpy as np
+    hc = _highs_object()
+    cost, args, _ = arrays
+    bounds = args["bounds"]
+    for status, options in (("interior", IPM_OPTIONS), ("vertex", {})):
+        h = _highs_model(cost, _highs_rows(arrays), bounds[:, 0], bounds[:, 1], None, options)
+        h.run()
+        model_status = h.getModelStatus()
+        if model_status == hc.HighsModelStatus.kInfeasible:
+            return "infeasible", None, None
+        if model_status == hc.HighsModelStatus.kOptimal:
+            return status, float(h.getInfo().objective_function_value), np.array(h.getSolution().col_value)
+    return None, None, None
+
+
+def _highs_lp_scipy(arrays):
+    """:func:`_highs_lp_direct` through scipy's ``linprog``."""
+    from scipy.optimize import linprog
+    cost, args, _ = arrays
     # scipy passes HiGHS options it does not list on to HiGHS, with a warning; ours is meant. A
     # filter for that message alone (put first again on each call: catch_warnings around the call
     # is not thread-safe, and these LPs run in threads side by side)
     warnings.filterwarnings("ignore", message=r"Unrecognized options detected: \{'run_crossover': 'off'\}")
-    # only a bound is needed: the interior point's own end (no crossover to a vertex, no
-    # presolve to undo; a quarter less time at 64-128 layers), lowered by its gap tolerance
-    res = linprog(cost, **args, options=dict(presolve=False, run_crossover="off",
-                                             ipm_optimality_tolerance=IPM_GAP))
+    res = linprog(cost, **args, options=dict(presolve=False, run_crossover="off", ipm_optimality_tolerance=IPM_GAP))
     if res.status == 0 and res.fun is not None:
-        fun = float(res.fun)
-        if point is not None:
-            point.append(res.x)
-        return fun - IPM_GAP * (1.0 + abs(fun)) + const
+        return "interior", float(res.fun), res.x
     if res.status == 2:
-        return float("inf")
+        return "infeasible", None, None
     res = linprog(cost, **args)  # HiGHS' defaults (crossover): exact vertex optimum
     if res.status == 0:
-        if point is not None:
-            point.append(res.x)
-        return float(res.fun) + const
+        return "vertex", float(res.fun), res.x
     if res.status == 2:
-        return float("inf")
-    return None
+        return "infeasible", None, None
+    return None, None, None
 
 
 def decode(built: Built, costs, hardware, *, status: str, bound: float | None, solve_time_s: float) -> Plan:
@@ -1206,7 +1243,7 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     Example:
       >>> plan = solve(costs, Hardware.preset("h800"))
     """
-    with _quick_thread_switches():
+    with _quick_thread_switches(), _solve_threads():
         return _solve(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
                       time_limit_s=time_limit_s, rel_gap=rel_gap, warm_start=warm_start, objective=objective,
                       cutoff=cutoff, depths=depths, search_evaluations=search_evaluations, max_nodes=max_nodes,
@@ -1238,6 +1275,58 @@ def _quick_thread_switches():
             _SWITCH_DEPTH[0] -= 1
             if _SWITCH_DEPTH[0] == 0:
                 sys.setswitchinterval(_SWITCH_DEPTH[1])
+
+
+LEFTOVER_NICE = 19  # the niceness a solve's unfinished LP threads get when it returns (Linux)
+_OWNER = threading.local()  # .solve: the token of the solve the current thread works for
+_RUNNING = {}               # native thread id -> the token of the solve it works for, while it works
+_RUNNING_LOCK = threading.Lock()
+
+
+def _owned(fn):
+    """``fn`` to run in a worker thread for the calling thread's solve (``_solve_threads``): while it
+    runs, its thread is registered as that solve's (and threads it starts are too)."""
+    owner = getattr(_OWNER, "solve", None)
+    if owner is None:
+        return fn
+
+    def run(*args):
+        tid = threading.get_native_id()
+        _OWNER.solve = owner
+        with _RUNNING_LOCK:
+            _RUNNING[tid] = owner
+        try:
+            return fn(*args)
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.pop(tid, None)
+            _OWNER.solve = None
+    return run
+
+
+@contextlib.contextmanager
+def _solve_threads():
+    """One solve's worker threads: those still running when it returns (LPs started beside a step
+    and not waited for once the plan was proved: HiGHS cannot be stopped from outside without its
+    callbacks, which take the interpreter lock at every inner iteration) get niceness
+    ``LEFTOVER_NICE`` on Linux, so that they finish on idle cores only. Before, the random row of
+    ``benchmarks/planner.py`` at 128 layers left three LPs running that made the next solve (the
+    qwen3-32b row at 64 layers) take 1.29 s against 0.83 s after it in a fresh process."""
+    token = object()
+    previous = getattr(_OWNER, "solve", None)
+    _OWNER.solve = token
+    try:
+        yield
+    finally:
+        _OWNER.solve = previous
+        if sys.platform.startswith("linux"):
+            # under the lock: a registered thread is still in its task, so its id is still its own
+            with _RUNNING_LOCK:
+                for tid in [tid for tid, owner in _RUNNING.items() if owner is token]:
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, tid, LEFTOVER_NICE)
+                    except OSError:
+                        pass
 
 
 def _solve(costs, hardware, *, max_segment_length, max_resident_tail, time_limit_s, rel_gap, warm_start, objective,
@@ -2284,9 +2373,7 @@ def _highs_mip_arrays(arrays, integrality, rel_gap: float, time_limit_s: float, 
     with "ipm" against 4.1-4.8 s (the same INFEASIBLE)."""
     import numpy as np
     cost, args, const = arrays
-    rows = [(args["A_ub"], np.full(args["A_ub"].shape[0], -np.inf), args["b_ub"])] if args["A_ub"] is not None else []
-    if args["A_eq"] is not None:
-        rows.append((args["A_eq"], args["b_eq"], args["b_eq"]))
+    rows = _highs_rows(arrays)
     if cutoff is not None and math.isfinite(cutoff):
         rows.append((cost.reshape(1, -1), np.array([-np.inf]), np.array([cutoff - const])))
     lower, upper = args["bounds"][:, 0], args["bounds"][:, 1]
@@ -2328,10 +2415,18 @@ def _highs_object():
 _HIGHS_CORE = None
 
 
-def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, max_nodes, root_lp):
-    """One HiGHS branch and cut through scipy's bundled HiGHS object: ``(status, x, objective,
-    dual bound)``, status "optimal" | "feasible" | "infeasible" | "none" (x None unless a solution
-    exists)."""
+def _highs_rows(arrays) -> list:
+    """``_highs_arrays``' rows as (matrix, lower, upper) triples."""
+    import numpy as np
+    cost, args, const = arrays
+    rows = [(args["A_ub"], np.full(args["A_ub"].shape[0], -np.inf), args["b_ub"])] if args["A_ub"] is not None else []
+    if args["A_eq"] is not None:
+        rows.append((args["A_eq"], args["b_eq"], args["b_eq"]))
+    return rows
+
+
+def _highs_model(cost, rows, lower, upper, integrality, options: dict):
+    """A HiGHS object of scipy's bundled module (``_highs_object``) holding the model, options set."""
     import numpy as np
     import scipy.sparse
     hc = _highs_object()   # its infinity (kHighsInf) is float inf: numpy's bounds pass as they are
@@ -2345,17 +2440,27 @@ def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, 
     lp.col_lower_, lp.col_upper_ = lower, upper
     lp.row_lower_ = np.concatenate([r[1] for r in rows]) if rows else np.zeros(0)
     lp.row_upper_ = np.concatenate([r[2] for r in rows]) if rows else np.zeros(0)
-    lp.integrality_ = [hc.HighsVarType.kInteger if i else hc.HighsVarType.kContinuous for i in integrality]
+    if integrality is not None:
+        lp.integrality_ = [hc.HighsVarType.kInteger if i else hc.HighsVarType.kContinuous for i in integrality]
     h = hc._Highs()
-    options = dict(output_flag=False, mip_rel_gap=float(rel_gap), mip_max_nodes=int(max_nodes),
-                   mip_lp_solver=root_lp)
-    if math.isfinite(time_limit_s):
-        options["time_limit"] = float(time_limit_s)
-    for key, value in options.items():
+    for key, value in {"output_flag": False, **options}.items():
         if h.setOptionValue(key, value) != hc.HighsStatus.kOk:
             raise RuntimeError(f"HiGHS refused option {key}={value!r}")
     if h.passModel(lp) == hc.HighsStatus.kError:
         raise RuntimeError("HiGHS refused the model")
+    return h
+
+
+def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, max_nodes, root_lp):
+    """One HiGHS branch and cut through scipy's bundled HiGHS object: ``(status, x, objective,
+    dual bound)``, status "optimal" | "feasible" | "infeasible" | "none" (x None unless a solution
+    exists)."""
+    import numpy as np
+    hc = _highs_object()
+    options = dict(mip_rel_gap=float(rel_gap), mip_max_nodes=int(max_nodes), mip_lp_solver=root_lp)
+    if math.isfinite(time_limit_s):
+        options["time_limit"] = float(time_limit_s)
+    h = _highs_model(cost, rows, lower, upper, integrality, options)
     h.run()
     model_status = h.getModelStatus()
     info = h.getInfo()
@@ -2397,7 +2502,7 @@ def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, 
         return _highs_mip_arrays(problem, integrality, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar,
                                  root_lp=CUTOFF_ROOT_LP)
     with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
-        found = list(pool.map(root, problems))
+        found = list(pool.map(_owned(root), problems))
     return {dw: f.status == mip.OptimizationStatus.INFEASIBLE for dw, f in zip(halves, found)}
 
 

@@ -5,6 +5,7 @@ within ``rel_gap`` of the exact optimum."""
 
 import math
 import random
+import sys
 
 import mip
 import pytest
@@ -317,3 +318,70 @@ def test_solve_shortens_the_thread_switch_interval_and_restores_it(monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         milp.solve(costs, hw)
     assert sys.getswitchinterval() == pytest.approx(before)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_worker_threads_a_solve_leaves_running_get_the_leftover_niceness():
+    """A worker thread still running when its solve returns gets ``LEFTOVER_NICE`` (it then runs on
+    idle cores only); one that ended inside the solve, the caller's thread, and threads a worker
+    starts while it works for the solve (``_parallel_lps`` inside ``_depth_split``) are tracked as
+    the solve's too."""
+    import os
+    import threading
+
+    release, started, seen = threading.Event(), threading.Event(), {}
+
+    def nested():
+        seen.setdefault("inner", []).append(threading.get_native_id())
+        release.wait(10)
+
+    def slow():
+        seen["outer"] = threading.get_native_id()
+        with milp.concurrent.futures.ThreadPoolExecutor(1) as pool:
+            inner = pool.submit(milp._owned(nested))
+            started.set()
+            inner.result()
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def quick():
+        return threading.get_native_id()
+
+    main_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with milp._solve_threads():
+        done = milp._timed(quick)
+        done_tid, _ = done.result()
+        left = milp._timed(slow)
+        assert started.wait(10)
+        assert len(milp._RUNNING) == 2
+    inner_nice = os.getpriority(os.PRIO_PROCESS, seen["inner"][0])
+    release.set()
+    outer_nice, _ = left.result()
+    assert outer_nice == inner_nice == milp.LEFTOVER_NICE
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_nice
+    assert not milp._RUNNING
+    assert milp._owned(quick) is quick  # outside a solve nothing is tracked
+
+
+@pytest.mark.parametrize("case", [(6, 0, 0), (24, 1, 2)])
+def test_direct_lp_path_agrees_with_linprog(case):
+    """``_highs_solve`` through scipy's bundled HiGHS object gives linprog's value and solution (the
+    same interior point method and options), and says infeasible where linprog does."""
+    import numpy as np
+
+    if milp._highs_object() is None:
+        pytest.skip("scipy's HiGHS object is not there")
+    num_layers, seed, hardware_case = case
+    costs = instance(num_layers, seed)
+    built = milp.build(costs, hardware_for(costs, *CASES[hardware_case][2:]), union=True)
+    arrays = milp._highs_arrays(built.model)
+    direct, scipy_side = milp._highs_lp_direct(arrays), milp._highs_lp_scipy(arrays)
+    assert direct[0] == scipy_side[0] == "interior"
+    assert direct[1] == pytest.approx(scipy_side[1], rel=1e-9)
+    np.testing.assert_allclose(direct[2], scipy_side[2], atol=1e-7)
+    cost, args, const = arrays
+    bounds = args["bounds"].copy()
+    edges = [v.idx for v in built.x.values()]
+    bounds[edges, 1] = 0.0  # no segment path: infeasible
+    infeasible = (cost, {**args, "bounds": bounds}, const)
+    assert milp._highs_lp_direct(infeasible)[0] == milp._highs_lp_scipy(infeasible)[0] == "infeasible"
+    assert milp._highs_solve(infeasible) == math.inf
