@@ -21,11 +21,18 @@
   kept      on those instances, at --depths, every boundary kept (the tiers free): the LP against
             the MILP's optimum at that path (CBC, rel_gap 0), where the case cuts were loose
   shape-lps on those instances (--seeds: label substrings): each depth pair's LP and the union LP
+  lp-paths  the union LP of three ``planner.py`` rows at --layers and twice that, through scipy's
+            bundled HiGHS object (``milp._highs_lp_direct``, what the planner uses) and through
+            ``linprog`` (``milp._highs_lp_scipy``), alone and beside a thread running Python (min of 2)
+  leftover  in one process: the random row at 128 layers, then the qwen3-32b row at 64 layers twice,
+            with the solve's leftover LP threads left at their niceness (``milp.LEFTOVER_NICE`` 0)
+            and demoted (19), each sequence after every thread of the one before has ended
   shapes    ``milp.solve`` on real model shapes at --layers layers (``shape_instances``: every model
             preset of 3-32B on each hardware preset, at the device's own memory and at a budget with
             room for a third of the boundaries; --seeds filters by label substring): seconds, gap, proof
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|shapes|shape-lps] [--layers 64] [--depths 2 1]
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|shapes|shape-lps|
+     lp-paths|leftover] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
 
@@ -335,10 +342,73 @@ def shape_lps(args):
               flush=True)
 
 
+def _planner_row(label):
+    from planner import solve_cases
+    return dict(solve_cases())[label]
+
+
+def lp_paths(args):
+    import threading
+
+    def python_loop(stop):
+        while not stop.is_set():
+            sum(i * i for i in range(1000))
+
+    for label in ("random heterogeneous, NVMe", "qwen3-32b h200 b32 m4", "dense-27b h800 b72 m8"):
+        for layers in (args.layers, 2 * args.layers):
+            c, hw = _planner_row(label)(layers)
+            built = milp.build(c, hw, union=True)
+            arrays = milp._highs_arrays(built.model)
+            seconds, values = {}, {}
+            for _ in range(2):
+                for name, fn in (("HiGHS object", milp._highs_lp_direct), ("linprog", milp._highs_lp_scipy)):
+                    for beside in (False, True):
+                        stop = threading.Event()
+                        other = threading.Thread(target=python_loop, args=(stop,))
+                        if beside:
+                            other.start()
+                        t = time.perf_counter()
+                        values[name] = fn(arrays)[1]
+                        seconds.setdefault((name, beside), []).append(time.perf_counter() - t)
+                        stop.set()
+                        if beside:
+                            other.join()
+            print(f"{label}, {layers} layers: " + ", ".join(
+                f"{name}{' beside Python' if beside else ''} {min(v):.3f} s" for (name, beside), v in seconds.items())
+                + f"; values {values['HiGHS object']:.6f} / {values['linprog']:.6f}", flush=True)
+
+
+def leftover(args):
+    import os
+    import sys
+    import threading
+
+    from lazytrain_jax.schedule import milp as milp_module
+    sequence = [("random heterogeneous, NVMe", 128), ("qwen3-32b h200 b32 m4", 64), ("qwen3-32b h200 b32 m4", 64)]
+    instances = [(label, layers, *_planner_row(label)(layers)) for label, layers in sequence]
+    starts = [best_heuristic(c, hw) for _, _, c, hw in instances]
+    for nice in (0, milp_module.LEFTOVER_NICE):
+        for th in threading.enumerate():  # every thread of the sequence before ended
+            if th is not threading.current_thread():
+                th.join()
+        previous, milp_module.LEFTOVER_NICE = milp_module.LEFTOVER_NICE, nice
+        line = []
+        for (label, layers, c, hw), start in zip(instances, starts):
+            t = time.perf_counter()
+            milp.solve(c, hw, warm_start=start, rel_gap=1e-2, time_limit_s=20)
+            seconds = time.perf_counter() - t
+            with milp_module._RUNNING_LOCK:
+                left = [os.getpriority(os.PRIO_PROCESS, tid) for tid in milp_module._RUNNING] \
+                    if sys.platform.startswith("linux") else list(milp_module._RUNNING)
+            line.append(f"{label} {layers} layers {seconds:.2f} s (LP threads left: {len(left)}, niceness {left})")
+        milp_module.LEFTOVER_NICE = previous
+        print(f"leftover niceness {nice}: " + "; ".join(line), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept",
-                                          "shapes", "shape-lps"])
+                                          "shapes", "shape-lps", "lp-paths", "leftover"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
@@ -348,7 +418,8 @@ def main():
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
     {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
-     "varied-lps": varied_lps, "kept": kept, "shapes": shapes, "shape-lps": shape_lps}[args.probe](args)
+     "varied-lps": varied_lps, "kept": kept, "shapes": shapes, "shape-lps": shape_lps, "lp-paths": lp_paths,
+     "leftover": leftover}[args.probe](args)
 
 
 if __name__ == "__main__":
