@@ -1114,7 +1114,7 @@ def _highs_solve(arrays, point: list | None = None) -> float | None:
     an exact vertex optimum). Through scipy's bundled HiGHS object where it is there
     (``_highs_object``), whose run never takes the interpreter lock, else scipy's ``linprog``,
     whose wrapper takes it back now and then."""
-    cost, args, const = arrays
+    const = arrays[2]
     if _highs_object() is not None:
         status, fun, x = _highs_lp_direct(arrays)
     else:
@@ -1309,9 +1309,10 @@ def _solve_threads():
     """One solve's worker threads: those still running when it returns (LPs started beside a step
     and not waited for once the plan was proved: HiGHS cannot be stopped from outside without its
     callbacks, which take the interpreter lock at every inner iteration) get niceness
-    ``LEFTOVER_NICE`` on Linux, so that they finish on idle cores only. Before, the random row of
-    ``benchmarks/planner.py`` at 128 layers left three LPs running that made the next solve (the
-    qwen3-32b row at 64 layers) take 1.29 s against 0.83 s after it in a fresh process."""
+    ``LEFTOVER_NICE`` on Linux, so that they finish on idle cores only. The random row of
+    ``benchmarks/planner.py`` at 128 layers leaves three LPs running; the qwen3-32b row at 64
+    layers right after it took 1.47 s with them at niceness 0, 0.89 s at 19, 0.82 s once they had
+    ended (``benchmarks/planner_probes.py leftover``)."""
     token = object()
     previous = getattr(_OWNER, "solve", None)
     _OWNER.solve = token
