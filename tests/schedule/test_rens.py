@@ -4,6 +4,7 @@ and cut: ``_rens`` (the LP's fractional part solved exactly at one depth pair), 
 worth its two LPs), checked against exact optima; and ``milp.solve``'s large-model path taking
 them (forced on small instances)."""
 
+import math
 import types
 
 import pytest
@@ -226,3 +227,26 @@ def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
     run.rens_in_union_phase("half point", 1)
     run.rens_in_union_phase("half point", 2)
     assert tried == [(2, 2), (2, 1), (1, 2), (1, 1)]    # every pair once, then nothing more
+
+
+def test_searches_skip_the_pairs_of_a_settled_half(monkeypatch):
+    """The union phase's searches at the other depth pairs skip (1, 1) (the start's) and every
+    pair whose weight depth's half of the union LP (``depth_bounds``) already rules out a plan
+    rel_gap faster than the incumbent; the others run in the order the union LP leans to."""
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.cutoff, run.union, run.far = 1e-2, None, 9.0, None
+    run.search_evaluations, run.deadline = 100, math.inf
+    run.union_point, run.union_built, run.depths = ["union point"], None, milp.MILP_DEPTHS
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.0)
+    run.depth_bounds = {1: 9.95, 2: 9.5}   # the bar is 9.9: weight depth 1 settled, 2 open
+    searched = []
+    monkeypatch.setattr(milp, "_leaning", lambda point, built, depths: [(2, 2), (1, 2), (2, 1), (1, 1)])
+    monkeypatch.setattr(run, "search_at", lambda dw, da: searched.append((dw, da)), raising=False)
+    monkeypatch.setattr(run, "join_splits", lambda: None, raising=False)
+    monkeypatch.setattr(run, "polish", lambda plan, quick=False: plan, raising=False)
+    run.searches()
+    assert searched == [(2, 2), (2, 1)]
+    run.depth_bounds = {1: 9.0, 2: 9.0}    # neither settled: every pair but the start's
+    searched.clear()
+    run.searches()
+    assert searched == [(2, 2), (1, 2), (2, 1)]
