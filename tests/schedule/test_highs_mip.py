@@ -135,7 +135,8 @@ def test_large_model_path_proves_within_rel_gap(monkeypatch, num_layers, seed, u
 def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch, settles):
     """With the LP neighbourhoods' plan in hand and the union model split on the weight prefetch
     depth, HiGHS' root runs alone (``HIGHS_CUTOFF_NODES``) on each half of the union model the
-    split left open, asked only for a plan ``rel_gap`` faster (``_half_roots``). Where none exists
+    split left open (``_half_roots``; where one half is open, on that half's depth pairs' own
+    models, ``_pair_roots``), asked only for a plan ``rel_gap`` faster. Where none exists
     on every half that proves the plan in hand (the bound reported is the cutoff) and no depth
     pair's own model is branched on. Where the halves settle nothing (forced here), the depth
     pairs follow: HiGHS' root on a pair's own model with the same cutoff, and where that settles
@@ -149,12 +150,18 @@ def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch,
     monkeypatch.setattr(milp, "MIP_SOLVER", "auto")
     monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
     monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)   # the union LP's solution, so its neighbourhoods
-    halves, half_roots = [], milp._half_roots
+    halves, half_roots, pair_roots = [], milp._half_roots, milp._pair_roots
 
     def recorded_halves(union_built, arrays, bar, depths, *args):
         found = half_roots(union_built, arrays, bar, depths, *args)
         halves.append((bar, dict(found)))
         return found if settles == "halves" else dict.fromkeys(found, False)
+
+    def recorded_pairs(builts, bar, *args):   # one half open: the roots on its depth pairs' models
+        found = pair_roots(builts, bar, *args)
+        assert len({b.weight_prefetch_depth for b in builts}) == 1 and len(builts) == 2
+        halves.append((bar, {builts[0].weight_prefetch_depth: found}))
+        return found if settles == "halves" else False
 
     calls, root_lps, highs_mip = [], [], milp._highs_mip
 
@@ -175,6 +182,7 @@ def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch,
         return optimize(built, rel_gap, time_limit_s, cutoff, max_nodes, *args, **kw)
 
     monkeypatch.setattr(milp, "_half_roots", recorded_halves)
+    monkeypatch.setattr(milp, "_pair_roots", recorded_pairs)
     monkeypatch.setattr(milp, "_highs_mip", recorded)
     monkeypatch.setattr(milp, "_optimize", counted)
     stats = {}
@@ -207,7 +215,7 @@ def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch,
 
 @pytest.mark.parametrize("num_layers,seed", [(8, 4), (12, 7)])
 def test_half_roots_never_rule_out_a_half_that_holds_a_plan_below_the_bar(num_layers, seed):
-    """``_half_roots`` rules out a weight prefetch depth only where no depth pair with it has a plan
+    """``_half_roots`` (and ``_pair_roots`` on the half's depth pairs) rules out a weight prefetch depth only where no depth pair with it has a plan
     at or below the bar: with the bar just above the exact optimum of the half (CBC, rel_gap 0, on
     each of its pairs) the half stays open; with the bar below the half's LP bound it is ruled out."""
     costs, hw = _random_instance(num_layers, seed)
@@ -225,6 +233,12 @@ def test_half_roots_never_rule_out_a_half_that_holds_a_plan_below_the_bar(num_la
             assert milp._half_roots(union, arrays, min(values) * (1 + 1e-6), [dw], 0.0, 60.0) == {dw: False}
         if math.isfinite(bounds[dw]):
             assert milp._half_roots(union, arrays, bounds[dw] * (1 - 1e-3), [dw], 0.0, 60.0) == {dw: True}
+        # the same on the half's depth pairs' own models (``_pair_roots``, where one half is open)
+        pairs = [milp.build(costs, hw, weight_prefetch_depth=dw, act_prefetch_depth=da) for da in (1, 2)]
+        if values:
+            assert milp._pair_roots(pairs, min(values) * (1 + 1e-6), 0.0, 60.0) is False
+        if math.isfinite(bounds[dw]):
+            assert milp._pair_roots(pairs, bounds[dw] * (1 - 1e-3), 0.0, 60.0) is True
     assert checked
 
 
