@@ -974,11 +974,31 @@ def _offload_split(built: Built, arrays) -> float:
     return min(none, some)
 
 
+def _in_daemon(fn, *args) -> concurrent.futures.Future:
+    """``fn(*args)`` in a daemon thread of its own, for the calling solve (``_owned``): a future of
+    its value. Daemon, unlike a thread pool's workers: an LP a solve no longer needs (it runs on
+    at niceness ``LEFTOVER_NICE`` after the solve) does not hold the interpreter's exit. With the
+    pool's workers, a script that planned and ended waited 54 s at exit for them beside two busy
+    processes on the two cores (1 s on idle cores)."""
+    future = concurrent.futures.Future()
+    work = _owned(fn)
+
+    def run():
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(work(*args))
+            except BaseException as error:  # noqa: BLE001  (handed to the caller with the future)
+                future.set_exception(error)
+    threading.Thread(target=run, name="lazytrain-lp", daemon=True).start()
+    return future
+
+
 def _parallel_lps(problems: list, points=None) -> list:
     """``_highs_solve`` of each of ``problems`` (prepared arrays), side by side in threads (HiGHS
     releases the interpreter lock); ``points``: one list per problem for its solution, or None."""
-    with concurrent.futures.ThreadPoolExecutor(len(problems)) as pool:
-        return list(pool.map(_owned(_highs_solve), problems, points if points is not None else [None] * len(problems)))
+    futures = [_in_daemon(_highs_solve, problem, point)
+               for problem, point in zip(problems, points if points is not None else [None] * len(problems))]
+    return [f.result() for f in futures]
 
 
 def _depth_split(union_built: Built, arrays) -> tuple:
@@ -1036,10 +1056,7 @@ def _timed(fn, *args, background: bool = True) -> concurrent.futures.Future:
         future = concurrent.futures.Future()
         future.set_result(timed())
         return future
-    pool = concurrent.futures.ThreadPoolExecutor(1)
-    future = pool.submit(_owned(timed))
-    pool.shutdown(wait=False)
-    return future
+    return _in_daemon(timed)
 
 
 def _background_lps(builts: list, workers: int = 1, points: list | None = None):

@@ -367,6 +367,8 @@ def test_worker_threads_a_solve_leaves_running_get_the_leftover_niceness():
         left = milp._timed(slow)
         assert started.wait(10)
         assert len(milp._RUNNING) == 2
+        workers = [t for t in threading.enumerate() if t.name == "lazytrain-lp"]
+        assert workers and all(t.daemon for t in workers)   # not waited for at the interpreter's exit
     inner_nice = os.getpriority(os.PRIO_PROCESS, seen["inner"][0])
     release.set()
     outer_nice, _ = left.result()
@@ -399,3 +401,20 @@ def test_direct_lp_path_agrees_with_linprog(case):
     infeasible = (cost, {**args, "bounds": bounds}, const)
     assert milp._highs_lp_direct(infeasible)[0] == milp._highs_lp_scipy(infeasible)[0] == "infeasible"
     assert milp._highs_solve(infeasible) == math.inf
+
+
+def test_a_process_does_not_wait_at_exit_for_a_solves_leftover_lp():
+    """A solve's background work runs in daemon threads: a process whose solve left an LP running
+    (here a stand-in that would run 60 s) ends at once, not when that LP would."""
+    import subprocess
+    import time
+
+    code = ("import time\n"
+            "from lazytrain_jax.schedule import milp\n"
+            "with milp._solve_threads():\n"
+            "    milp._timed(time.sleep, 60)\n"
+            "print('left', len(milp._RUNNING))\n")
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0 and "left 1" in out.stdout, out.stderr
+    assert time.perf_counter() - t < 30
