@@ -383,25 +383,24 @@ def leftover(args):
     import sys
     import threading
 
-    from lazytrain_jax.schedule import milp as milp_module
     sequence = [("random heterogeneous, NVMe", 128), ("qwen3-32b h200 b32 m4", 64), ("qwen3-32b h200 b32 m4", 64)]
     instances = [(label, layers, *_planner_row(label)(layers)) for label, layers in sequence]
     starts = [best_heuristic(c, hw) for _, _, c, hw in instances]
-    for nice in (0, milp_module.LEFTOVER_NICE):
+    for nice in (0, milp.LEFTOVER_NICE):
         for th in threading.enumerate():  # every thread of the sequence before ended
             if th is not threading.current_thread():
                 th.join()
-        previous, milp_module.LEFTOVER_NICE = milp_module.LEFTOVER_NICE, nice
+        previous, milp.LEFTOVER_NICE = milp.LEFTOVER_NICE, nice
         line = []
         for (label, layers, c, hw), start in zip(instances, starts):
             t = time.perf_counter()
             milp.solve(c, hw, warm_start=start, rel_gap=1e-2, time_limit_s=20)
             seconds = time.perf_counter() - t
-            with milp_module._RUNNING_LOCK:
-                left = [os.getpriority(os.PRIO_PROCESS, tid) for tid in milp_module._RUNNING] \
-                    if sys.platform.startswith("linux") else list(milp_module._RUNNING)
+            with milp._RUNNING_LOCK:
+                left = [os.getpriority(os.PRIO_PROCESS, tid) for tid in milp._RUNNING] \
+                    if sys.platform.startswith("linux") else list(milp._RUNNING)
             line.append(f"{label} {layers} layers {seconds:.2f} s (LP threads left: {len(left)}, niceness {left})")
-        milp_module.LEFTOVER_NICE = previous
+        milp.LEFTOVER_NICE = previous
         print(f"leftover niceness {nice}: " + "; ".join(line), flush=True)
 
 

@@ -1155,9 +1155,9 @@ def _highs_lp_direct(arrays):
     import numpy as np
     hc = _highs_object()
     cost, args, _ = arrays
-    bounds = args["bounds"]
+    bounds, rows = args["bounds"], _highs_rows(arrays)
     for status, options in (("interior", IPM_OPTIONS), ("vertex", {})):
-        h = _highs_model(cost, _highs_rows(arrays), bounds[:, 0], bounds[:, 1], None, options)
+        h = _highs_model(cost, rows, bounds[:, 0], bounds[:, 1], None, options)
         h.run()
         model_status = h.getModelStatus()
         if model_status == hc.HighsModelStatus.kInfeasible:
@@ -2527,34 +2527,33 @@ def _highs_scipy(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, m
     return ("optimal" if res.status == 0 else "feasible"), res.x, res.fun, bound
 
 
+def _cutoff_roots(problems: list, bar: float, rel_gap: float, time_limit_s: float) -> list:
+    """HiGHS' root alone (``HIGHS_CUTOFF_NODES``) on each of ``problems`` ((arrays, integrality)
+    pairs), asked only for a plan whose objective is at most ``bar``, side by side in threads: for
+    each, whether none exists (INFEASIBLE)."""
+    def root(problem):
+        return _highs_mip_arrays(*problem, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar, root_lp=CUTOFF_ROOT_LP)
+    with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
+        found = list(pool.map(_owned(root), problems))
+    return [f.status == mip.OptimizationStatus.INFEASIBLE for f in found]
+
+
 def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, time_limit_s: float) -> dict:
-    """HiGHS' root alone (``HIGHS_CUTOFF_NODES``) on the union model with its weight prefetch depth
-    fixed at each of ``halves`` (1 or 2), asked only for a plan whose objective is at most ``bar``,
-    the halves side by side in threads: ``{depth: True where none exists}``. The union model
+    """``_cutoff_roots`` on the union model with its weight prefetch depth fixed at each of
+    ``halves`` (1 or 2): ``{depth: True where no plan at or below ``bar`` exists}``. The union model
     relaxes every depth pair's own (its depth indicators are continuous), so True rules out every
     pair with that weight prefetch depth (tested against the exact optimum)."""
     integrality = _integrality(union_built.model)
-    problems = [_half_problem(union_built, arrays, dw) for dw in halves]
-
-    def root(problem):
-        return _highs_mip_arrays(problem, integrality, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar,
-                                 root_lp=CUTOFF_ROOT_LP)
-    with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
-        found = list(pool.map(_owned(root), problems))
-    return {dw: f.status == mip.OptimizationStatus.INFEASIBLE for dw, f in zip(halves, found)}
+    problems = [(_half_problem(union_built, arrays, dw), integrality) for dw in halves]
+    return dict(zip(halves, _cutoff_roots(problems, bar, rel_gap, time_limit_s)))
 
 
 def _pair_roots(builts: list, bar: float, rel_gap: float, time_limit_s: float) -> bool:
-    """HiGHS' root alone (as ``_half_roots``) on each of ``builts`` (depth pairs' models), asked only
-    for a plan whose objective is at most ``bar``, side by side in threads: True where none of
-    them holds one."""
-    def root(problem):
-        return _highs_mip_arrays(*problem, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar, root_lp=CUTOFF_ROOT_LP)
+    """``_cutoff_roots`` on each of ``builts`` (depth pairs' models): True where none of them holds a
+    plan at or below ``bar``."""
     # the models read here, not in the threads (reading them holds the interpreter lock)
     problems = [(_highs_arrays(b.model), _integrality(b.model)) for b in builts]
-    with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
-        found = list(pool.map(_owned(root), problems))
-    return all(f.status == mip.OptimizationStatus.INFEASIBLE for f in found)
+    return all(_cutoff_roots(problems, bar, rel_gap, time_limit_s))
 
 
 def _cbc_here(m: mip.Model, time_limit_s: float, max_nodes: int) -> Solved:
