@@ -77,8 +77,9 @@ instead, and skip the depth pairs' cheap part. Where the union LP (solved by HiG
 solution is at hand) does not prove the union phase's plan, the LP's solution is used first:
 ``_rens`` fixes every binary decision the LP takes whole and solves the rest exactly at the depth
 pair the LP leans to (``_leaning``), and the union LP is split on the weight prefetch depth
-(``_depth_split``: two LPs in parallel, one bound per half of the depth pairs, and ``_rens`` again
-from the solution of a half that leaves room). Far from the union LP (``UNION_SEARCH_GAPS``) this
+(``_depth_split``: two LPs in parallel, each by dual simplex from the union LP's vertex
+(``_hot_lp``), one bound per half of the depth pairs, and ``_rens`` again from the solution of a
+half that leaves room). Far from the union LP (``UNION_SEARCH_GAPS``) this
 comes before the searches at the other depth pairs, near it after them. Still unproved, HiGHS'
 root alone runs on each half of the union model the split left open (``_half_roots``: the weight
 prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster: where
@@ -919,8 +920,8 @@ def _offload_split_gain(built: Built, point, costs) -> float:
     what it offloads, costing each layer's backward (recompute − plain) seconds times its offloaded
     fraction (window cuts that read a layer's residual indicator can add up to as much again, hence
     the factor 2). inf where the LP's values cannot be read. On random NVMe instances the interior
-    point's solution offloads ~1e-6 of a residual: the split (two LPs, 2-5 s at 128 layers) cannot
-    help there, and is skipped."""
+    point's solution offloaded ~1e-6 of a residual (the union LP's vertex none): the split (two
+    LPs, 2-5 s at 128 layers) cannot help there, and is skipped."""
     value = (lambda v: point[0][v.idx]) if point else (lambda v: v.x)
     total = 0.0
     for l, v in built.off.items():
@@ -1001,7 +1002,41 @@ def _parallel_lps(problems: list, points=None) -> list:
     return [f.result() for f in futures]
 
 
-def _depth_split(union_built: Built, arrays) -> tuple:
+def _hot_lp(problem, basis, point: list | None):
+    """The LP of ``problem`` (prepared arrays) by dual simplex from ``basis`` (HiGHS' basis of a
+    model with the same rows and columns and other bounds: the union LP's, for one of its halves),
+    at most ``HOT_ITERATIONS`` iterations per row; where that does not end optimal or infeasible,
+    ``_highs_solve`` from scratch. The value is the exact vertex optimum; ``point`` as in
+    ``_highs_solve``. Whether the fallback runs depends on the iteration count alone, not on the
+    machine's load."""
+    import numpy as np
+    hc = _highs_object()
+    cost, args, const = problem
+    rows = _highs_rows(problem)
+    limit = max(1, int(HOT_ITERATIONS * sum(r[0].shape[0] for r in rows)))
+    h = _highs_model(cost, rows, args["bounds"][:, 0], args["bounds"][:, 1], None,
+                     dict(presolve="off", solver="simplex", simplex_iteration_limit=limit))
+    if h.setBasis(basis) != hc.HighsStatus.kError:
+        h.run()
+        model_status = h.getModelStatus()
+        if model_status == hc.HighsModelStatus.kInfeasible:
+            return float("inf")
+        if model_status == hc.HighsModelStatus.kOptimal:
+            if point is not None:
+                point.append(np.array(h.getSolution().col_value))
+            return float(h.getInfo().objective_function_value) + const
+    return _highs_solve(problem, point)
+
+
+# _hot_lp's iteration cap per row of the model. The halves of the union LP from its basis took
+# 0-1,300 iterations on the planner.py rows at 64-128 layers (0.01-0.7 s, where the interior point
+# from scratch took 0.15-1.3 s a half) but 4,000-20,000 on the hardest varied 128-layer instances
+# (1.4-6.6 s against 0.7-2.2 s): at 0.1 a row (about 600-1,700 iterations) the latter fall back
+# early
+HOT_ITERATIONS = 0.1
+
+
+def _depth_split(union_built: Built, arrays, basis=None) -> tuple:
     """The union relaxation's LP with its weight depth indicator fixed at 0 and at 1, solved in
     parallel (HiGHS releases the interpreter lock): ``({1: bound, 2: bound}, {1: solution, 2:
     solution})``, each bound one on every depth pair with that weight prefetch depth (-inf where
@@ -1012,7 +1047,11 @@ def _depth_split(union_built: Built, arrays) -> tuple:
     and solve."""
     problems = [_half_problem(union_built, arrays, dw) for dw in (1, 2)]
     points = ([], [])
-    values = _parallel_lps(problems, points)
+    if basis:  # the union LP's basis (_highs_solve's): each half from it (_hot_lp)
+        futures = [_in_daemon(_hot_lp, problem, basis[0], point) for problem, point in zip(problems, points)]
+        values = [f.result() for f in futures]
+    else:
+        values = _parallel_lps(problems, points)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},
             {dw: pt[0] for dw, pt in zip((1, 2), points) if pt})
 
@@ -1121,7 +1160,7 @@ def _highs_arrays(m: mip.Model):
     return cost, args, float(m.objective.const)
 
 
-def _highs_solve(arrays, point: list | None = None) -> float | None:
+def _highs_solve(arrays, point: list | None = None, basis: list | None = None) -> float | None:
     """:func:`_highs_lp` on prepared arrays (HiGHS itself releases the interpreter lock).
     ``point``: if a list, the LP's solution (its variable values) is appended to it when optimal.
 
@@ -1130,10 +1169,15 @@ def _highs_solve(arrays, point: list | None = None) -> float | None:
     by its gap tolerance; where it does not end optimal or infeasible, HiGHS' defaults (crossover:
     an exact vertex optimum). Through scipy's bundled HiGHS object where it is there
     (``_highs_object``), whose run never takes the interpreter lock, else scipy's ``linprog``,
-    whose wrapper takes it back now and then."""
+    whose wrapper takes it back now and then.
+
+    ``basis``: if a list (and HiGHS' object is there), the interior point is followed by its
+    crossover to a vertex (the value then exact, the solution that vertex) and HiGHS' basis there
+    is appended to it, for ``_hot_lp``: 5-25 % more time on the union LP at 64-128 layers, and its
+    halves then take 0.02-0.7 s where they took 0.15-1.3 s."""
     const = arrays[2]
     if _highs_object() is not None:
-        status, fun, x = _highs_lp_direct(arrays)
+        status, fun, x = _highs_lp_direct(arrays, basis)
     else:
         status, fun, x = _highs_lp_scipy(arrays)
     if status == "infeasible":
@@ -1148,21 +1192,25 @@ def _highs_solve(arrays, point: list | None = None) -> float | None:
 IPM_OPTIONS = dict(presolve="off", solver="ipm", run_crossover="off", ipm_optimality_tolerance=IPM_GAP)
 
 
-def _highs_lp_direct(arrays):
+def _highs_lp_direct(arrays, basis: list | None = None):
     """The LP of ``arrays`` by scipy's bundled HiGHS object: ``(status, objective, x)``, status
     "interior" (the interior point's end), "vertex" (HiGHS' defaults, where the interior point did
-    not end optimal), "infeasible" or None (HiGHS could not say)."""
+    not end optimal; or its crossover, where ``basis`` is a list, which then receives the basis),
+    "infeasible" or None (HiGHS could not say)."""
     import numpy as np
     hc = _highs_object()
     cost, args, _ = arrays
     bounds, rows = args["bounds"], _highs_rows(arrays)
-    for status, options in (("interior", IPM_OPTIONS), ("vertex", {})):
+    first = ("interior", IPM_OPTIONS) if basis is None else ("vertex", {**IPM_OPTIONS, "run_crossover": "on"})
+    for status, options in (first, ("vertex", {})):
         h = _highs_model(cost, rows, bounds[:, 0], bounds[:, 1], None, options)
         h.run()
         model_status = h.getModelStatus()
         if model_status == hc.HighsModelStatus.kInfeasible:
             return "infeasible", None, None
         if model_status == hc.HighsModelStatus.kOptimal:
+            if basis is not None and h.getBasis().valid:
+                basis.append(h.getBasis())
             return status, float(h.getInfo().objective_function_value), np.array(h.getSolution().col_value)
     return None, None, None
 
@@ -1422,6 +1470,7 @@ class _Solve:
         self.union_built = None    # the LP for every depth pair (built when rel_gap > 0 and depths vary)
         self.arrays = None         # its HiGHS arrays (large models)
         self.union_point = []      # the union LP's solution, when HiGHS solved it
+        self.union_basis = []      # HiGHS' basis at that solution (a vertex), for the depth split
         self.union = None          # its value (raised by the splits)
         self.searched = {}         # (dw, da) -> the search's plan for that depth pair (_search_for_depths)
         self.polished = {}         # id(plan) -> (plan, its polished plan, whether with the full budget)
@@ -1450,7 +1499,7 @@ class _Solve:
                                     if self.union_built.model.num_nz >= HIGHS_MIN_NONZEROS else None)
             stats["lp_s"] += time.perf_counter() - t
             if arrays is not None:
-                union_lp = _timed(_highs_solve, arrays, self.union_point)
+                union_lp = _timed(_highs_solve, arrays, self.union_point, self.union_basis)
         if search_evaluations >= 0:
             t = time.perf_counter()
             self.found = search.heuristic_plan(costs, hardware, max_segment_length=self.S, max_resident_tail=self.K,
@@ -1586,7 +1635,7 @@ class _Solve:
         if self.direct and self.union_point and value - self.union > UNION_SEARCH_GAPS * rel_gap * value:
             # far from the union LP: the search at the other depth pairs (2.5 s each at 128
             # layers) is skipped, and HiGHS, if it branches, starts at the pair the LP leans to
-            self.far = _leaning(self.union_point[0], self.union_built, self.depths)[0]
+            self.far = _leaning(self.union_point[0], self.union_built, self.depths, self.tie())[0]
         # a start far from the union LP: the LP's neighbourhoods first (the searches found nothing
         # within 1 % on the random instances); more than NEIGHBOURHOODS_FIRST_GAPS above it, the
         # first neighbourhood, then the searches, then the neighbourhoods of the LP's halves; near
@@ -1686,20 +1735,34 @@ class _Solve:
         self.stats["lp_s"] += seconds
 
     def start_depth_split(self):
-        """Where the union LP's solution takes the weight prefetch depth fractionally (y_w between
-        DEPTH_SPLIT_EARLY and 1 − it) the LP split on that depth (``_depth_split``) raises its bound
-        most: that split is started beside the union phase's first step, and joined after it
-        (``join_splits``), not left to ``half_neighbourhoods``."""
-        if self.depth_split is not None or self.offload_split is not None or self.depth_bounds or \
+        """The LP split on the weight prefetch depth (``_depth_split``) started beside the union
+        phase's first step, and joined after it (``join_splits``), not left to
+        ``half_neighbourhoods``: always where its halves start from the union LP's basis (cheap:
+        0.02-0.7 s at 64-128 layers), else where the union LP's solution takes that depth
+        fractionally (y_w between DEPTH_SPLIT_EARLY and 1 − it; there the split raises its bound
+        most) and no offload split runs beside."""
+        if self.depth_split is not None or self.depth_bounds or \
                 not self.neighbourhoods_open() or len(self.weights) < 2:
             return
-        y_w = float(self.union_point[0][self.union_built.depth_indicators[0].idx])
-        if DEPTH_SPLIT_EARLY < y_w < 1.0 - DEPTH_SPLIT_EARLY:
+        if self.union_basis:
             self.split_on_depth()
+            return
+        y_w = float(self.union_point[0][self.union_built.depth_indicators[0].idx])
+        if self.offload_split is None and DEPTH_SPLIT_EARLY < y_w < 1.0 - DEPTH_SPLIT_EARLY:
+            self.split_on_depth()
+
+    def tie(self):
+        """For ``_leaning``: depth pairs the union LP's solution weighs the same (a vertex often
+        puts none on any but its own pair) in the order of their half's bound, the lower first,
+        once the depth split is joined (qwen3-32b on the H200, 64 layers: the search at (1, 2),
+        whose half is lower, proves the plan; at (2, 1) first, 0.25 s more)."""
+        if not self.depth_bounds:
+            return None
+        return lambda d: self.depth_bounds.get(d[0], -math.inf)
 
     def split_on_depth(self, background=True):
         """``_depth_split`` of the union LP, in a thread (or here, done); ``join_depth_split`` takes it."""
-        self.depth_split = _timed(_depth_split, self.union_built, self.arrays, background=background)
+        self.depth_split = _timed(_depth_split, self.union_built, self.arrays, self.union_basis, background=background)
         self.stats["lp_solves"] += 2
 
     def join_depth_split(self):
@@ -1720,7 +1783,7 @@ class _Solve:
         goes to its next one (random seed 13 host only, 64 layers, after the case cuts of the
         segment's base: the union LP leaned to (2, 2), 19.04 s, the weight-depth-2 half's point
         too, and (2, 1) with its 18.91 s plan was never tried: 1.68 % unproved at 20 s)."""
-        d = next((d for d in _leaning(point, self.union_built, self.depths)
+        d = next((d for d in _leaning(point, self.union_built, self.depths, self.tie())
                   if d not in self.rens_done and weight_depth in (None, d[0])), None)
         if d is None:
             return
@@ -1774,7 +1837,7 @@ class _Solve:
         polished at its own depths."""
         if self.union_proves(self.incumbent) or self.search_evaluations < 0 or self.expired():
             return
-        pairs = (() if self.far else _leaning(self.union_point[0], self.union_built, self.depths) if self.union_point
+        pairs = (() if self.far else _leaning(self.union_point[0], self.union_built, self.depths, self.tie()) if self.union_point
                  else self.depths)
         for dw, da in pairs:
             if self.union_proves(self.incumbent) or self.expired():
@@ -2257,18 +2320,20 @@ def _fixed_neighbourhood(built: Built, fixings, costs, hardware, gap: float, tim
     return plan if plan is not None and plan.fits() else None
 
 
-def _leaning(point, union_built: Built, depths=MILP_DEPTHS) -> list:
+def _leaning(point, union_built: Built, depths=MILP_DEPTHS, tie=None) -> list:
     """``depths`` in the order the union LP's solution ``point`` leans to. First the pair that
     reads each relaxed depth indicator above 0.01 as depth 2 (a fractional indicator means the LP
     pays for some of the deeper buffer to use its overlap; on the random 128-layer instances y_w
     was 0.36-0.66 and depth 2 won), then the others by the weight the LP puts on them: the product
-    of the indicators' shares (y for depth 2, 1 − y for depth 1)."""
+    of the indicators' shares (y for depth 2, 1 − y for depth 1); pairs of the same weight by
+    ``tie(pair)`` (smaller first) where given, else in ``depths``' order."""
     y_w, y_a = (min(1.0, max(0.0, float(point[v.idx]))) for v in union_built.depth_indicators)
     lean = (2 if y_w > 0.01 else 1, 2 if y_a > 0.01 else 1)
 
     def weight(d):
         return (y_w if d[0] == 2 else 1.0 - y_w) * (y_a if d[1] == 2 else 1.0 - y_a)
-    return sorted(depths, key=lambda d: (d != lean, -weight(d)))
+
+    return sorted(depths, key=lambda d: (d != lean, -weight(d), 0.0 if tie is None else tie(d)))
 
 
 def _residual_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s: float,

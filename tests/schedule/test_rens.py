@@ -80,8 +80,13 @@ def test_rens_with_everything_fixed_returns_that_plan(monkeypatch):
     assert _decisions(plan) == _decisions(exact)
 
 
+@pytest.mark.parametrize("start", ["scratch", "basis", "basis, capped"])
 @pytest.mark.parametrize("case", [CASES[0], CASES[2], "random"])
-def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatch, case):
+def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatch, case, start):
+    """Each half's bound lies between the union LP and every plan at that weight depth, from
+    scratch (the interior point) and from the union LP's basis (dual simplex, ``_hot_lp``): both
+    give the same bounds (the interior point's at most its gap below), and where the simplex
+    iterations run out the halves are solved from scratch instead, with the scratch values."""
     if case == "random":
         costs, hw = _random_instance(8, 7)
         kw = {}
@@ -91,7 +96,24 @@ def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatc
         hw = hardware_for(costs, dev, host, nvme, bw)
         kw = dict(max_segment_length=4, max_resident_tail=num_layers)
     union, arrays, value, _ = _union_solution(costs, hw, **kw)
-    bounds, points = milp._depth_split(union, arrays)
+    scratch, _ = milp._depth_split(union, arrays)
+    if start == "scratch":
+        bounds, points = scratch, milp._depth_split(union, arrays)[1]
+    else:
+        basis, vertex = [], []
+        vertex_value = milp._highs_solve(arrays, vertex, basis)
+        assert len(basis) == 1 and basis[0].valid
+        assert value <= vertex_value <= value + 2 * milp.IPM_GAP * (1 + abs(value))
+        if start == "basis, capped":
+            monkeypatch.setattr(milp, "HOT_ITERATIONS", 1e-9)   # one iteration: never enough here
+        bounds, points = milp._depth_split(union, arrays, basis)
+        for dw in (1, 2):
+            if start == "basis, capped":
+                assert bounds[dw] == scratch[dw]
+            elif math.isfinite(scratch[dw]):
+                assert scratch[dw] <= bounds[dw] <= scratch[dw] + 2 * milp.IPM_GAP * (1 + abs(scratch[dw]))
+            else:
+                assert bounds[dw] == scratch[dw]
     assert set(bounds) == {1, 2} and set(points) <= {1, 2}
     for dw in (1, 2):
         assert bounds[dw] >= value - 1e-6 * abs(value)
@@ -202,12 +224,26 @@ def test_window_neighbourhood_changes_only_its_window_and_never_loses_the_plan(m
     assert improved
 
 
+def test_leaning_orders_pairs_of_the_same_weight_by_the_tie():
+    """Pairs the union LP's solution weighs the same (a vertex at y = 0) follow ``tie``, smaller
+    first; without it, ``depths``' order."""
+    y_w, y_a = (types.SimpleNamespace(idx=0), types.SimpleNamespace(idx=1))
+    union = types.SimpleNamespace(depth_indicators=(y_w, y_a))
+    depths = ((1, 1), (2, 1), (1, 2), (2, 2))
+    assert milp._leaning([0.0, 0.0], union, depths) == [(1, 1), (2, 1), (1, 2), (2, 2)]
+    bounds = {1: 40.61, 2: 40.68}   # weight depth 1's half is lower
+    assert milp._leaning([0.0, 0.0], union, depths, lambda d: bounds[d[0]]) == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    # a fractional share still comes first, whatever the tie
+    assert milp._leaning([0.6, 0.0], union, depths, lambda d: bounds[d[0]]) == [(2, 1), (1, 1), (1, 2), (2, 2)]
+
+
 def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
     """rens_in_union_phase takes the pair the point leans to most among those not yet tried, with
     the half's weight prefetch depth: a half whose point leans to the pair the union's point took
     gets its next pair of that half, not nothing."""
     run = milp._Solve.__new__(milp._Solve)
     run.rens_done, run.prebuilt, run.union_built, run.depths = set(), {}, None, milp.MILP_DEPTHS
+    run.depth_bounds = {}
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.0)
     tried = []
 
@@ -217,7 +253,7 @@ def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
         return types.SimpleNamespace(predicted_step_time_s=9.0 if built == (2, 1) else 11.0)
     monkeypatch.setattr(run, "build_at", lambda dw, da: (dw, da), raising=False)
     monkeypatch.setattr(run, "rens_at", rens_at, raising=False)
-    monkeypatch.setattr(milp, "_leaning", lambda point, built, depths: [(2, 2), (1, 2), (2, 1), (1, 1)])
+    monkeypatch.setattr(milp, "_leaning", lambda point, built, depths, tie=None: [(2, 2), (1, 2), (2, 1), (1, 1)])
     run.rens_in_union_phase("union point")
     run.rens_in_union_phase("half point", 2)
     run.rens_in_union_phase("half point", 1)
@@ -240,7 +276,7 @@ def test_searches_skip_the_pairs_of_a_settled_half(monkeypatch):
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.0)
     run.depth_bounds = {1: 9.95, 2: 9.5}   # the bar is 9.9: weight depth 1 settled, 2 open
     searched = []
-    monkeypatch.setattr(milp, "_leaning", lambda point, built, depths: [(2, 2), (1, 2), (2, 1), (1, 1)])
+    monkeypatch.setattr(milp, "_leaning", lambda point, built, depths, tie=None: [(2, 2), (1, 2), (2, 1), (1, 1)])
     monkeypatch.setattr(run, "search_at", lambda dw, da: searched.append((dw, da)), raising=False)
     monkeypatch.setattr(run, "join_splits", lambda: None, raising=False)
     monkeypatch.setattr(run, "polish", lambda plan, quick=False: plan, raising=False)
