@@ -975,12 +975,15 @@ def _offload_split(built: Built, arrays) -> float:
     return min(none, some)
 
 
-def _in_daemon(fn, *args) -> concurrent.futures.Future:
-    """``fn(*args)`` in a daemon thread of its own, for the calling solve (``_owned``): a future of
-    its value. Daemon, unlike a thread pool's workers: an LP a solve no longer needs (it runs on
-    at niceness ``LEFTOVER_NICE`` after the solve) does not hold the interpreter's exit. With the
-    pool's workers, a script that planned and ended waited 54 s at exit for them beside two busy
-    processes on the two cores (1 s on idle cores)."""
+def _in_thread(fn, *args) -> concurrent.futures.Future:
+    """``fn(*args)`` in a thread of its own, for the calling solve (``_owned``): a future of its
+    value. Not a daemon: the interpreter waits for it at exit, so that HiGHS never returns into a
+    finalising interpreter (a daemon thread doing so ends by a forced unwind through HiGHS' C++
+    frames: "terminate called without an active exception", exit status 134, in about half the
+    processes that planned and ended at once on varied seed 14, 128 layers). What a solve leaves
+    running is stopped when it returns (``_solve_threads``), so that wait is short: a thread pool's
+    workers running to the end held a script's exit 1 s on idle cores, 54 s beside two busy
+    processes."""
     future = concurrent.futures.Future()
     work = _owned(fn)
 
@@ -990,14 +993,14 @@ def _in_daemon(fn, *args) -> concurrent.futures.Future:
                 future.set_result(work(*args))
             except BaseException as error:  # noqa: BLE001  (handed to the caller with the future)
                 future.set_exception(error)
-    threading.Thread(target=run, name="lazytrain-lp", daemon=True).start()
+    threading.Thread(target=run, name="lazytrain-lp").start()
     return future
 
 
 def _parallel_lps(problems: list, points=None) -> list:
     """``_highs_solve`` of each of ``problems`` (prepared arrays), side by side in threads (HiGHS
     releases the interpreter lock); ``points``: one list per problem for its solution, or None."""
-    futures = [_in_daemon(_highs_solve, problem, point)
+    futures = [_in_thread(_highs_solve, problem, point)
                for problem, point in zip(problems, points if points is not None else [None] * len(problems))]
     return [f.result() for f in futures]
 
@@ -1017,7 +1020,8 @@ def _hot_lp(problem, basis, point: list | None):
     h = _highs_model(cost, rows, args["bounds"][:, 0], args["bounds"][:, 1], None,
                      dict(presolve="off", solver="simplex", simplex_iteration_limit=limit))
     if h.setBasis(basis) != hc.HighsStatus.kError:
-        h.run()
+        if not _run(h):
+            return None
         model_status = h.getModelStatus()
         if model_status == hc.HighsModelStatus.kInfeasible:
             return float("inf")
@@ -1048,7 +1052,7 @@ def _depth_split(union_built: Built, arrays, basis=None) -> tuple:
     problems = [_half_problem(union_built, arrays, dw) for dw in (1, 2)]
     points = ([], [])
     if basis:  # the union LP's basis (_highs_solve's): each half from it (_hot_lp)
-        futures = [_in_daemon(_hot_lp, problem, basis[0], point) for problem, point in zip(problems, points)]
+        futures = [_in_thread(_hot_lp, problem, basis[0], point) for problem, point in zip(problems, points)]
         values = [f.result() for f in futures]
     else:
         values = _parallel_lps(problems, points)
@@ -1095,7 +1099,7 @@ def _timed(fn, *args, background: bool = True) -> concurrent.futures.Future:
         future = concurrent.futures.Future()
         future.set_result(timed())
         return future
-    return _in_daemon(timed)
+    return _in_thread(timed)
 
 
 def _background_lps(builts: list, workers: int = 1, points: list | None = None):
@@ -1204,7 +1208,8 @@ def _highs_lp_direct(arrays, basis: list | None = None):
     first = ("interior", IPM_OPTIONS) if basis is None else ("vertex", {**IPM_OPTIONS, "run_crossover": "on"})
     for status, options in (first, ("vertex", {})):
         h = _highs_model(cost, rows, bounds[:, 0], bounds[:, 1], None, options)
-        h.run()
+        if not _run(h):
+            return None, None, None
         model_status = h.getModelStatus()
         if model_status == hc.HighsModelStatus.kInfeasible:
             return "infeasible", None, None
@@ -1343,6 +1348,53 @@ def _quick_thread_switches():
 
 
 LEFTOVER_NICE = 19  # the niceness a solve's unfinished LP threads get when it returns (Linux)
+
+
+class _SolveToken:
+    """One solve, for its worker threads (``_owned``): ``stopped`` once it has returned, and the
+    HiGHS objects they are running (``_run``), to be stopped then."""
+
+    def __init__(self):
+        self.stopped = False
+        self.running = set()
+
+
+def _interrupt(callback_type, message, data_out, data_in, user_data):
+    data_in.user_interrupt = True
+
+
+def _run(h) -> bool:
+    """``h.run()`` (a HiGHS object of ``_highs_model``), stoppable by the calling thread's solve
+    once that has returned (``_solve_threads``): False where it was stopped, before or during the
+    run (its result is then not to be read). HiGHS' interrupt callback is set here but started only
+    to stop the run: started from the outset, it takes the interpreter lock at every inner
+    iteration (10,634 calls in one 128-layer LP)."""
+    owner = getattr(_OWNER, "solve", None)
+    if owner is None:
+        h.run()
+        return True
+    h.setCallback(_interrupt, None)
+    with _RUNNING_LOCK:
+        if owner.stopped:
+            return False
+        owner.running.add(h)
+    try:
+        h.run()
+    finally:
+        with _RUNNING_LOCK:
+            owner.running.discard(h)
+    return not owner.stopped
+
+
+def _stop(owner: _SolveToken):
+    """Marks ``owner``'s solve as returned and interrupts the HiGHS runs its threads still make."""
+    hc = _highs_object()
+    with _RUNNING_LOCK:
+        owner.stopped = True
+        running, owner.running = list(owner.running), set()
+    for h in running:
+        for kind in (hc.cb.HighsCallbackType.kCallbackIpmInterrupt, hc.cb.HighsCallbackType.kCallbackSimplexInterrupt):
+            h.startCallback(kind)
 _OWNER = threading.local()  # .solve: the token of the solve the current thread works for
 _RUNNING = {}               # native thread id -> the token of the solve it works for, while it works
 _RUNNING_LOCK = threading.Lock()
@@ -1371,20 +1423,22 @@ def _owned(fn):
 
 @contextlib.contextmanager
 def _solve_threads():
-    """One solve's worker threads: those still running when it returns (LPs started beside a step
-    and not waited for once the plan was proved: HiGHS cannot be stopped from outside without its
-    callbacks, which take the interpreter lock at every inner iteration) get niceness
-    ``LEFTOVER_NICE`` on Linux, so that they finish on idle cores only. The random row of
+    """One solve's worker threads: when it returns, the HiGHS runs they still make (LPs started
+    beside a step and not waited for once the plan was proved) are interrupted (``_stop``), and
+    those threads get niceness ``LEFTOVER_NICE`` on Linux, so that what is left of them runs on
+    idle cores only. The random row of
     ``benchmarks/planner.py`` at 128 layers leaves three LPs running; the qwen3-32b row at 64
     layers right after it took 1.47 s with them at niceness 0, 0.89 s at 19, 0.82 s once they had
     ended (``benchmarks/planner_probes.py leftover``)."""
-    token = object()
+    token = _SolveToken()
     previous = getattr(_OWNER, "solve", None)
     _OWNER.solve = token
     try:
         yield
     finally:
         _OWNER.solve = previous
+        if _highs_object() is not None:
+            _stop(token)
         if sys.platform.startswith("linux"):
             # under the lock: a registered thread is still in its task, so its id is still its own
             with _RUNNING_LOCK:

@@ -4,8 +4,10 @@ the same optimum as the enumeration and as CBC, its cutoff's meaning, and the la
 within ``rel_gap`` of the exact optimum."""
 
 import math
+import pathlib
 import random
 import sys
+import threading
 
 import mip
 import pytest
@@ -368,7 +370,7 @@ def test_worker_threads_a_solve_leaves_running_get_the_leftover_niceness():
         assert started.wait(10)
         assert len(milp._RUNNING) == 2
         workers = [t for t in threading.enumerate() if t.name == "lazytrain-lp"]
-        assert workers and all(t.daemon for t in workers)   # not waited for at the interpreter's exit
+        assert workers and not any(t.daemon for t in workers)   # joined before the interpreter ends
     inner_nice = os.getpriority(os.PRIO_PROCESS, seen["inner"][0])
     release.set()
     outer_nice, _ = left.result()
@@ -403,18 +405,54 @@ def test_direct_lp_path_agrees_with_linprog(case):
     assert milp._highs_solve(infeasible) == math.inf
 
 
-def test_a_process_does_not_wait_at_exit_for_a_solves_leftover_lp():
-    """A solve's background work runs in daemon threads: a process whose solve left an LP running
-    (here a stand-in that would run 60 s) ends at once, not when that LP would."""
-    import subprocess
-    import time
+def test_a_solves_leftover_lps_are_stopped_when_it_returns():
+    """HiGHS runs a solve's threads still make when it returns are interrupted (``_stop``): they
+    end without a value, and a run started for that solve afterwards does not start; outside a
+    solve, the same LP runs to its optimum."""
+    costs, hw = _random_instance(24, 7)
+    union = milp.build(costs, hw, union=True)
+    arrays = milp._highs_arrays(union.model)
+    expected = milp._highs_solve(arrays)
+    assert math.isfinite(expected)
+    release = threading.Event()
 
-    code = ("import time\n"
+    def after_release():
+        release.wait(10)
+        return milp._highs_solve(arrays)
+
+    with milp._solve_threads():
+        waiting = milp._timed(after_release)
+        running = milp._timed(milp._highs_solve, arrays)
+        token = milp._OWNER.solve
+    release.set()
+    assert token.stopped and not token.running
+    assert waiting.result()[0] is None           # started after the solve returned: not run
+    value, _ = running.result()
+    assert value is None or value == expected    # stopped, or done before the stop
+    assert milp._highs_solve(arrays) == expected
+
+
+def test_a_process_that_plans_and_ends_exits_cleanly():
+    """A process whose solve leaves HiGHS runs going (the depth split's halves from the union
+    basis, started and left) ends at once with status 0: those runs are stopped, and their threads
+    are joined before the interpreter ends (a daemon thread returning from HiGHS into a
+    finalising interpreter aborted the process: "terminate called without an active exception")."""
+    import subprocess
+
+    code = ("import sys, time\n"
+            "sys.path.insert(0, %r)\n"
+            "from tests.schedule.test_highs_mip import _random_instance\n"
             "from lazytrain_jax.schedule import milp\n"
+            "costs, hw = _random_instance(24, 7)\n"
+            "union = milp.build(costs, hw, union=True)\n"
+            "arrays = milp._highs_arrays(union.model)\n"
+            "basis = []\n"
+            "milp._highs_solve(arrays, [], basis)\n"
             "with milp._solve_threads():\n"
-            "    milp._timed(time.sleep, 60)\n"
-            "print('left', len(milp._RUNNING))\n")
-    t = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
-    assert out.returncode == 0 and "left 1" in out.stdout, out.stderr
-    assert time.perf_counter() - t < 30
+            "    milp._timed(milp._depth_split, union, arrays, basis)\n"
+            "    milp._timed(milp._depth_split, union, arrays)\n"
+            "    time.sleep(float(sys.argv[1]))\n"
+            "print('ended')\n") % str(pathlib.Path(__file__).resolve().parents[2])
+    for delay in ("0", "0.01", "0.05"):
+        out = subprocess.run([sys.executable, "-c", code, delay], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and "ended" in out.stdout, (delay, out.returncode, out.stderr[-500:])
