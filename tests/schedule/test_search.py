@@ -240,7 +240,11 @@ def test_residual_fetch_cuts_prove_the_llama3_8b_plan():
     assert value * (1 - solved.gap) == pytest.approx(plain, rel=1e-5)
     split = milp._offload_split(union, None)
     assert plain <= split <= value
-    assert milp._offload_split(union, milp._highs_arrays(union.model)) == pytest.approx(split, rel=1e-5)
+    arrays = milp._highs_arrays(union.model)
+    assert milp._offload_split(union, arrays) == pytest.approx(split, rel=1e-5)
+    basis = []   # the branches from the LP's basis by dual simplex (its vertex: exact)
+    milp._highs_solve(arrays, [], basis)
+    assert milp._offload_split(union, arrays, basis) == pytest.approx(split, rel=1e-5)
 
 
 def test_residual_fetch_cuts_at_both_activation_depths():
@@ -499,13 +503,13 @@ def test_offload_split_beside_the_first_step_gives_the_same_plan_whichever_ends_
     calls = []
     split, search_for_depths = milp._offload_split, milp._search_for_depths
 
-    def spied(built, arrays):
+    def spied(built, arrays, basis=None):
         calls.append(arrays is not None)
-        return split(built, arrays)
+        return split(built, arrays, basis)
 
-    def slow_split(built, arrays):
+    def slow_split(built, arrays, basis=None):
         time_module.sleep(0.5)
-        return split(built, arrays)
+        return split(built, arrays, basis)
 
     def slow_search(*args):
         time_module.sleep(0.5)
