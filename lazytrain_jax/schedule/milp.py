@@ -970,8 +970,7 @@ def _offload_split(built: Built, arrays, basis=None) -> float:
             extended.col_status = list(basis[0].col_status)
             extended.row_status = rows[:n_ub] + [hc.HighsBasisStatus.kBasic] + rows[n_ub:]
             extended.valid = True
-            futures = [_in_thread(_hot_lp, problem, b, None) for problem, b in zip(problems, (basis[0], extended))]
-            values = [f.result() for f in futures]
+            values = _parallel_lps(problems, bases=[basis[0], extended])
         else:
             values = _parallel_lps(problems)
         return -math.inf if None in values else min(values)
@@ -1013,11 +1012,14 @@ def _in_thread(fn, *args) -> concurrent.futures.Future:
     return future
 
 
-def _parallel_lps(problems: list, points=None) -> list:
+def _parallel_lps(problems: list, points=None, bases=None) -> list:
     """``_highs_solve`` of each of ``problems`` (prepared arrays), side by side in threads (HiGHS
-    releases the interpreter lock); ``points``: one list per problem for its solution, or None."""
-    futures = [_in_thread(_highs_solve, problem, point)
-               for problem, point in zip(problems, points if points is not None else [None] * len(problems))]
+    releases the interpreter lock); ``points``: one list per problem for its solution, or None;
+    ``bases``: one HiGHS basis per problem to start it from (``_hot_lp``), or None."""
+    points = points if points is not None else [None] * len(problems)
+    bases = bases if bases is not None else [None] * len(problems)
+    futures = [_in_thread(_highs_solve, problem, point) if basis is None else _in_thread(_hot_lp, problem, basis, point)
+               for problem, point, basis in zip(problems, points, bases)]
     return [f.result() for f in futures]
 
 
@@ -1067,11 +1069,8 @@ def _depth_split(union_built: Built, arrays, basis=None) -> tuple:
     and solve."""
     problems = [_half_problem(union_built, arrays, dw) for dw in (1, 2)]
     points = ([], [])
-    if basis:  # the union LP's basis (_highs_solve's): each half from it (_hot_lp)
-        futures = [_in_thread(_hot_lp, problem, basis[0], point) for problem, point in zip(problems, points)]
-        values = [f.result() for f in futures]
-    else:
-        values = _parallel_lps(problems, points)
+    # each half from the union LP's basis (_highs_solve's), where there is one (_hot_lp)
+    values = _parallel_lps(problems, points, [basis[0]] * len(problems) if basis else None)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},
             {dw: pt[0] for dw, pt in zip((1, 2), points) if pt})
 
@@ -1404,10 +1403,10 @@ def _run(h) -> bool:
 
 def _stop(owner: _SolveToken):
     """Marks ``owner``'s solve as returned and interrupts the HiGHS runs its threads still make."""
-    hc = _highs_object()
     with _RUNNING_LOCK:
         owner.stopped = True
         running, owner.running = list(owner.running), set()
+    hc = _highs_object() if running else None
     for h in running:
         for kind in (hc.cb.HighsCallbackType.kCallbackIpmInterrupt, hc.cb.HighsCallbackType.kCallbackSimplexInterrupt):
             h.startCallback(kind)
@@ -1453,8 +1452,7 @@ def _solve_threads():
         yield
     finally:
         _OWNER.solve = previous
-        if _highs_object() is not None:
-            _stop(token)
+        _stop(token)
         if sys.platform.startswith("linux"):
             # under the lock: a registered thread is still in its task, so its id is still its own
             with _RUNNING_LOCK:
