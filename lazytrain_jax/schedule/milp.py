@@ -79,7 +79,7 @@ solution is at hand) does not prove the union phase's plan, the LP's solution is
 pair the LP leans to (``_leaning``), and the union LP is split on the weight prefetch depth
 (``_depth_split``: two LPs in parallel, each by dual simplex from the union LP's vertex
 (``_hot_lp``), one bound per half of the depth pairs, and ``_rens`` again from the solution of a
-half that leaves room). Far from the union LP (``UNION_SEARCH_GAPS``) this
+half that leaves room: its interior point, not that vertex, ``_Solve.half_point``). Far from the union LP (``UNION_SEARCH_GAPS``) this
 comes before the searches at the other depth pairs, near it after them. Still unproved, HiGHS'
 root alone runs on each half of the union model the split left open (``_half_roots``: the weight
 prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster: where
@@ -1012,24 +1012,27 @@ def _in_thread(fn, *args) -> concurrent.futures.Future:
     return future
 
 
-def _parallel_lps(problems: list, points=None, bases=None) -> list:
+def _parallel_lps(problems: list, points=None, bases=None, hot=None) -> list:
     """``_highs_solve`` of each of ``problems`` (prepared arrays), side by side in threads (HiGHS
     releases the interpreter lock); ``points``: one list per problem for its solution, or None;
-    ``bases``: one HiGHS basis per problem to start it from (``_hot_lp``), or None."""
+    ``bases``: one HiGHS basis per problem to start it from (``_hot_lp``), or None; ``hot``: one
+    list per problem, given True where its solution is the vertex reached from its basis."""
     points = points if points is not None else [None] * len(problems)
     bases = bases if bases is not None else [None] * len(problems)
-    futures = [_in_thread(_highs_solve, problem, point) if basis is None else _in_thread(_hot_lp, problem, basis, point)
-               for problem, point, basis in zip(problems, points, bases)]
+    hot = hot if hot is not None else [None] * len(problems)
+    futures = [_in_thread(_highs_solve, problem, point) if basis is None else _in_thread(_hot_lp, problem, basis, point, h)
+               for problem, point, basis, h in zip(problems, points, bases, hot)]
     return [f.result() for f in futures]
 
 
-def _hot_lp(problem, basis, point: list | None):
+def _hot_lp(problem, basis, point: list | None, hot: list | None = None):
     """The LP of ``problem`` (prepared arrays) by dual simplex from ``basis`` (HiGHS' basis of a
     model with the same rows and columns and other bounds: the union LP's, for one of its halves),
     at most ``HOT_ITERATIONS`` iterations per row; where that does not end optimal or infeasible,
     ``_highs_solve`` from scratch. The value is the exact vertex optimum; ``point`` as in
-    ``_highs_solve``. Whether the fallback runs depends on the iteration count alone, not on the
-    machine's load."""
+    ``_highs_solve`` (that vertex, or the interior point from scratch); ``hot``: if a list, True is
+    appended where the solution is the vertex. Whether the fallback runs depends on the iteration
+    count alone, not on the machine's load."""
     import numpy as np
     hc = _highs_object()
     cost, args, const = problem
@@ -1046,6 +1049,8 @@ def _hot_lp(problem, basis, point: list | None):
         if model_status == hc.HighsModelStatus.kOptimal:
             if point is not None:
                 point.append(np.array(h.getSolution().col_value))
+            if hot is not None:
+                hot.append(True)
             return float(h.getInfo().objective_function_value) + const
     return _highs_solve(problem, point)
 
@@ -1057,8 +1062,14 @@ def _hot_lp(problem, basis, point: list | None):
 # early
 HOT_ITERATIONS = 0.1
 
+# ``_Solve.rens_from_interior``: whether ``_rens`` from a half of the union LP whose vertex gave a
+# plan more than HALF_RETRY_GAPS rel_gaps above the half's bound (or none) runs again from the
+# half's interior point
+HALF_INTERIOR = True
+HALF_RETRY_GAPS = 5.0
 
-def _depth_split(union_built: Built, arrays, basis=None) -> tuple:
+
+def _depth_split(union_built: Built, arrays, basis=None, vertices: set | None = None) -> tuple:
     """The union relaxation's LP with its weight depth indicator fixed at 0 and at 1, solved in
     parallel (HiGHS releases the interpreter lock): ``({1: bound, 2: bound}, {1: solution, 2:
     solution})``, each bound one on every depth pair with that weight prefetch depth (-inf where
@@ -1066,11 +1077,14 @@ def _depth_split(union_built: Built, arrays, basis=None) -> tuple:
     union LP equals the depth pair's own LP or lies a little below it (random 128-layer instance,
     seed 8: 36.437 s at weight depth 2, that pair's LP 36.437 s; 36.773 s at depth 1, its pairs'
     LPs 36.815 s and 36.898 s): two LPs on the model already built stand for four models to build
-    and solve."""
+    and solve. ``vertices``: if a set, the weight depths whose solution is the vertex reached from
+    ``basis`` are added to it (the others' are interior points)."""
     problems = [_half_problem(union_built, arrays, dw) for dw in (1, 2)]
-    points = ([], [])
+    points, hot = ([], []), ([], [])
     # each half from the union LP's basis (_highs_solve's), where there is one (_hot_lp)
-    values = _parallel_lps(problems, points, [basis[0]] * len(problems) if basis else None)
+    values = _parallel_lps(problems, points, [basis[0]] * len(problems) if basis else None, hot)
+    if vertices is not None:
+        vertices.update(dw for dw, h in zip((1, 2), hot) if h)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},
             {dw: pt[0] for dw, pt in zip((1, 2), points) if pt})
 
@@ -1545,6 +1559,7 @@ class _Solve:
         self.prebuilt = {}         # (dw, da) -> that depth pair's model, built by the union phase (_rens)
         self.depth_bounds = {}     # weight prefetch depth -> a bound on its depth pairs (_depth_split)
         self.depth_points = {}     # weight prefetch depth -> that bound's LP solution
+        self.depth_vertices = set()  # the weight depths whose depth_points are vertices (half_point)
         self.rens_done = set()     # the depth pairs rens_at has run at
         self.offload_split = None  # the offload split's future (start_offload_split), once started
         self.offload_split_joined = False  # its bound taken into the union LP (join_splits)
@@ -1830,7 +1845,8 @@ class _Solve:
 
     def split_on_depth(self, background=True):
         """``_depth_split`` of the union LP, in a thread (or here, done); ``join_depth_split`` takes it."""
-        self.depth_split = _timed(_depth_split, self.union_built, self.arrays, self.union_basis, background=background)
+        self.depth_split = _timed(_depth_split, self.union_built, self.arrays, self.union_basis, self.depth_vertices,
+                                  background=background)
         self.stats["lp_solves"] += 2
 
     def join_depth_split(self):
@@ -1850,7 +1866,8 @@ class _Solve:
         replaced by a faster plan. A half's point that leans to the pair the union's point took
         goes to its next one (random seed 13 host only, 64 layers, after the case cuts of the
         segment's base: the union LP leaned to (2, 2), 19.04 s, the weight-depth-2 half's point
-        too, and (2, 1) with its 18.91 s plan was never tried: 1.68 % unproved at 20 s)."""
+        too, and (2, 1) with its 18.91 s plan was never tried: 1.68 % unproved at 20 s). Returns
+        (that pair, its plan or None), or None where no pair was left."""
         d = next((d for d in _leaning(point, self.union_built, self.depths, self.tie())
                   if d not in self.rens_done and weight_depth in (None, d[0])), None)
         if d is None:
@@ -1859,6 +1876,7 @@ class _Solve:
         q = self.rens_at(built, point)
         if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
             self.incumbent = q
+        return d, q
 
     def neighbourhoods(self):
         """The union LP's solution, its fractional part solved exactly at the depth pair it
@@ -1897,7 +1915,47 @@ class _Solve:
             if self.union_proves(self.incumbent) or self.expired():
                 break
             if dw in self.depth_points and self.depth_bounds[dw] < _limit(self.cutoff, self.incumbent) * (1 - self.rel_gap):
-                self.rens_in_union_phase(self.depth_points[dw], dw)
+                tried = self.rens_in_union_phase(self.depth_points[dw], dw)
+                if tried is not None:
+                    self.rens_from_interior(dw, *tried)
+
+    def rens_from_interior(self, dw, pair, plan):
+        """``rens_at`` ``pair`` again, from the interior point of the union LP's half at weight depth
+        ``dw`` (``half_point``), where ``_rens`` from that half's vertex gave no plan or one more
+        than ``HALF_RETRY_GAPS`` rel_gaps above the half's bound. The depth split's halves end at
+        a vertex where they start from the union LP's basis (``_hot_lp``), and ``_rens`` from a
+        vertex fixes more binaries, some of them at values far from any good plan: qwen2.5-3b
+        shape, A100, room for a third of the boundaries, 128 layers: from the depth-2 half's vertex
+        a 21.531 s plan, 12 % above the half's 19.20 s, from its interior point 20.046 s (the
+        solve: 21.502 s, 10.7 % unproved, against 20.046 s, 4.3 %). On the varied 128-layer
+        instances the vertex's plans came 1.6-4.5 % above their half (seeds 3, 5, 10, 11, 17).
+        Retried only there: from the interior point every time (an interior point more to solve,
+        0.3-0.9 s) varied seed 3 took 4.4 -> 5.3 s, seed 5 10.9 -> 11.5-12.1 s, host-only seeds 8
+        and 13 at 64 layers 1.5 -> 1.9 s and 1.8 -> 2.5 s."""
+        if not HALF_INTERIOR or dw not in self.depth_vertices or self.union_proves(self.incumbent) or \
+                self.expired():
+            return
+        if plan is not None and plan.predicted_step_time_s <= \
+                self.depth_bounds[dw] * (1 + HALF_RETRY_GAPS * self.rel_gap):
+            return
+        q = self.rens_at(self.prebuilt[pair], self.half_point(dw))
+        if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+            self.incumbent = q
+
+    def half_point(self, dw):
+        """The solution of the union LP's half at weight depth ``dw``, as an interior point: where
+        the depth split's is the vertex it reached from the union LP's basis, the half's interior
+        point is solved here (once, in this thread: 0.5 s a half on the 3b A100 shape above) and
+        replaces it (``rens_from_interior``)."""
+        if dw in self.depth_vertices:
+            self.depth_vertices.discard(dw)
+            t = time.perf_counter()
+            point = []
+            if _highs_solve(_half_problem(self.union_built, self.arrays, dw), point) is not None and point:
+                self.depth_points[dw] = point[0]
+            self.stats["lp_s"] += time.perf_counter() - t
+            self.stats["lp_solves"] += 1
+        return self.depth_points[dw]
 
     def searches(self):
         """The search at the other depth pairs (not where the start is far from the union LP, nor

@@ -7,6 +7,7 @@ them (forced on small instances)."""
 import math
 import types
 
+import numpy
 import pytest
 
 from lazytrain_jax.schedule import memory, milp
@@ -106,7 +107,10 @@ def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatc
         assert value <= vertex_value <= value + 2 * milp.IPM_GAP * (1 + abs(value))
         if start == "basis, capped":
             monkeypatch.setattr(milp, "HOT_ITERATIONS", 1e-9)   # one iteration: never enough here
-        bounds, points = milp._depth_split(union, arrays, basis)
+        vertices = set()
+        bounds, points = milp._depth_split(union, arrays, basis, vertices)
+        # the halves that ended from the basis are marked: both (where feasible), none when capped
+        assert vertices == (set() if start == "basis, capped" else {dw for dw in (1, 2) if math.isfinite(bounds[dw])})
         for dw in (1, 2):
             if start == "basis, capped":
                 assert bounds[dw] == scratch[dw]
@@ -235,6 +239,61 @@ def test_leaning_orders_pairs_of_the_same_weight_by_the_tie():
     assert milp._leaning([0.0, 0.0], union, depths, lambda d: bounds[d[0]]) == [(1, 1), (1, 2), (2, 1), (2, 2)]
     # a fractional share still comes first, whatever the tie
     assert milp._leaning([0.6, 0.0], union, depths, lambda d: bounds[d[0]]) == [(2, 1), (1, 1), (1, 2), (2, 2)]
+
+
+def test_a_halfs_vertex_gives_way_to_its_interior_point():
+    """``_Solve.half_point``: where the depth split ended a half at the vertex reached from the union
+    LP's basis, its interior point (the split's solution from scratch) is solved once and then
+    kept; a half the split solved from scratch (here the depth-2 half, past ``HOT_ITERATIONS``)
+    keeps its own point."""
+    num_layers, seed, dev, host, nvme, bw = CASES[1]
+    costs = instance(num_layers, seed)
+    union, arrays, _, _ = _union_solution(costs, hardware_for(costs, dev, host, nvme, bw), max_segment_length=4,
+                                          max_resident_tail=num_layers)
+    basis = []
+    milp._highs_solve(arrays, [], basis)
+    _, interior_points = milp._depth_split(union, arrays)
+    vertices = set()
+    _, points = milp._depth_split(union, arrays, basis, vertices)
+    assert vertices == {1} and set(points) == {1, 2}
+    assert not numpy.allclose(points[1], interior_points[1])       # the vertex is not the interior point
+    assert numpy.array_equal(points[2], interior_points[2])         # solved from scratch: the same point
+    run = milp._Solve.__new__(milp._Solve)
+    run.union_built, run.arrays, run.stats = union, arrays, {"lp_s": 0.0, "lp_solves": 0}
+    run.depth_points, run.depth_vertices = dict(points), set(vertices)
+    for dw in (1, 1, 2):
+        point = run.half_point(dw)
+        assert point is run.depth_points[dw] and numpy.array_equal(point, interior_points[dw])
+    assert run.stats["lp_solves"] == 1 and run.depth_vertices == set()   # the vertex's half once, then kept
+
+
+@pytest.mark.parametrize("vertex_plan,vertex_half,enabled,retried", [
+    (10.40, True, True, False),    # within HALF_RETRY_GAPS (5 %) of the half's 10.0: kept
+    (10.60, True, True, True),     # beyond: _rens again at the same pair, from the interior point
+    (None, True, True, True),      # no plan from the vertex: again
+    (10.60, False, True, False),   # the half's point is already its interior point
+    (10.60, True, False, False),   # HALF_INTERIOR off
+])
+def test_rens_runs_again_from_a_halfs_interior_point_where_its_vertex_gave_a_far_plan(
+        monkeypatch, vertex_plan, vertex_half, enabled, retried):
+    """``_Solve.rens_from_interior``: after ``_rens`` from a half's vertex gave no plan or one more
+    than ``HALF_RETRY_GAPS`` rel_gaps above the half's bound, ``_rens`` runs again at the same
+    depth pair from the half's interior point (``half_point``), and its plan replaces a slower
+    incumbent."""
+    monkeypatch.setattr(milp, "HALF_INTERIOR", enabled)
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.union, run.deadline, run.cutoff = 1e-2, 9.0, math.inf, None
+    run.depth_bounds, run.depth_vertices = {2: 10.0}, ({2} if vertex_half else set())
+    run.prebuilt = {(2, 1): "model at (2, 1)"}
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.5)
+    calls = []
+    monkeypatch.setattr(run, "half_point", lambda dw: f"interior point of {dw}", raising=False)
+    monkeypatch.setattr(run, "rens_at", lambda built, point: calls.append((built, point)) or
+                        types.SimpleNamespace(predicted_step_time_s=10.2), raising=False)
+    plan = None if vertex_plan is None else types.SimpleNamespace(predicted_step_time_s=vertex_plan)
+    run.rens_from_interior(2, (2, 1), plan)
+    assert calls == ([("model at (2, 1)", "interior point of 2")] if retried else [])
+    assert run.incumbent.predicted_step_time_s == (10.2 if retried else 10.5)
 
 
 def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
