@@ -345,3 +345,86 @@ def test_searches_skip_the_pairs_of_a_settled_half(monkeypatch):
     searched.clear()
     run.searches()
     assert searched == [(2, 2), (1, 2), (2, 1)]
+
+
+def test_systematic_rounding_spreads_the_ones_as_the_values_do():
+    """``_systematic_rounding``: 0/1 values whose running sums are the values' running sums rounded
+    down, so the ones fall as evenly as the values spread them."""
+    assert milp._systematic_rounding([0.5] * 6) == [0, 1, 0, 1, 0, 1]
+    assert milp._systematic_rounding([1 / 3] * 6) == [0, 0, 1, 0, 0, 1]
+    assert milp._systematic_rounding([1.0, 0.0, 1.0, 0.0]) == [1, 0, 1, 0]
+    assert milp._systematic_rounding([0.3, 0.3, 0.3]) == [0, 0, 0]
+    rng = numpy.random.default_rng(3)
+    values = rng.uniform(0, 1, 200)
+    ones = numpy.cumsum(milp._systematic_rounding(values))
+    assert numpy.array_equal(ones, numpy.floor(numpy.cumsum(values) + 1e-9))
+
+
+@pytest.mark.parametrize("share,plans,tried,incumbent", [
+    (0.8, [None, 9.5], [], 10.0),          # too few offloads taken in part: not run
+    (0.9, [None, 9.5, 9.0], [0, 1], 9.5),  # the pairs in leaning order, up to the first plan
+    (1.0, [10.5, 9.0], [0], 10.0),         # a plan slower than the incumbent: not taken, no more pairs
+])
+def test_offload_pattern_runs_where_the_union_lp_offloads_in_part(monkeypatch, share, plans, tried, incumbent):
+    """``_Solve.offload_pattern``: where the union LP takes at least ``PATTERN_MIN_SHARE`` of the
+    residual offloads in part, ``_offload_pattern`` runs at the depth pairs in the order the LP
+    leans to until one gives a plan, which replaces a slower incumbent."""
+    order = [(2, 2), (1, 2), (2, 1), (1, 1)]
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.deadline, run.max_nodes, run.depths = 1e-2, math.inf, 300, milp.MILP_DEPTHS
+    run.costs = run.hardware = run.cutoff = run.offload_split = None
+    run.direct, run.union = True, 8.0
+    run.stats = {"rens_s": 0.0, "rens_runs": 0}
+    off = {l: f"off {l}" for l in range(10)}
+    run.union_built = types.SimpleNamespace(off=off)
+    run.union_point = ["union point"]
+    run.depth_bounds, run.prebuilt = {}, {}
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.0)
+    monkeypatch.setattr(milp, "_fractional_offloads", lambda built, point: round(share * len(off)))
+    monkeypatch.setattr(milp, "_leaning", lambda point, built, depths, tie=None: order)
+    monkeypatch.setattr(run, "build_at", lambda dw, da: (dw, da), raising=False)
+    calls = []
+
+    def pattern(built, union_built, point, costs, hardware, rel_gap, time_limit_s, max_nodes):
+        calls.append(order.index(built))
+        value = plans[len(calls) - 1]
+        return None if value is None else types.SimpleNamespace(predicted_step_time_s=value)
+    monkeypatch.setattr(milp, "_offload_pattern", pattern)
+    run.offload_pattern()
+    assert calls == tried
+    assert run.incumbent.predicted_step_time_s == incumbent
+    assert run.stats["rens_runs"] == len(tried)
+
+
+def test_offload_pattern_finds_the_every_other_layer_offload_the_search_misses():
+    """``_offload_pattern`` on the llama3-8b shape (H200 preset, batch 32 x 4, 48 layers, a device
+    budget of the step's fixed bytes and 80 % of the boundaries), where the union LP offloads about
+    half of every layer's residuals: the plan offloads exactly the systematic rounding of those
+    values (about every other layer), keeps those layers' residuals, fits, and lies between the
+    union LP and the search's best plan, which offloads nothing."""
+    from lazytrain_jax.model.config import get_preset
+    from lazytrain_jax.schedule.api import best_heuristic
+    from lazytrain_jax.schedule.costs import analytic_costs
+    from lazytrain_jax.schedule.hardware import Hardware
+
+    hw = Hardware.preset("h200")
+    costs = analytic_costs(get_preset("llama3-8b", num_layers=48), batch_size=32, seq_len=1024,
+                           device_flops=hw.device_flops, num_micro_batches=4,
+                           efficiency_half_tokens=hw.efficiency_half_tokens)
+    probe = Hardware(device_memory=1e15, h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0)
+    hw = hw.replace(device_memory=sum(memory.constant_bytes(costs, probe).values())
+                    + 0.8 * sum(costs.boundary_bytes[1:-1]))
+    union, _, value, point = _union_solution(costs, hw)
+    layers = sorted(union.off)
+    assert milp._fractional_offloads(union, point) >= milp.PATTERN_MIN_SHARE * len(layers)
+    pattern = milp._systematic_rounding([point[union.off[l].idx] for l in layers])
+    assert 0.4 * len(layers) <= sum(pattern) <= 0.6 * len(layers)
+    built = milp.build(costs, hw, weight_prefetch_depth=2, act_prefetch_depth=2)
+    plan = milp._offload_pattern(built, union, point, costs, hw, 1e-2, 60.0, milp.RENS_MAX_NODES)
+    assert plan is not None and plan.fits()
+    assert [plan.offload_residuals[l] for l in layers] == [bool(z) for z in pattern]
+    assert all(plan.keep_residuals[l] for l, z in zip(layers, pattern) if z)
+    found = best_heuristic(costs, hw)
+    assert not any(found.offload_residuals)
+    assert value <= plan.predicted_step_time_s < found.predicted_step_time_s
+    assert plan.predicted_step_time_s <= value * 1.015
