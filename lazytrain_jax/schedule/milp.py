@@ -2416,8 +2416,8 @@ def _offload_pattern(built: Built, union_built: Built, point, costs, hardware, r
     """A neighbourhood for a union LP solution that offloads every layer's residuals in part: the
     residual offloads fixed at ``_systematic_rounding`` of the LP's values in layer order (and
     those layers' residuals kept), every other decision left free, solved as ``_rens`` solves its
-    neighbourhood. The plan found, or None (none fits, e.g. the pattern's host staging at
-    activation depth 2).
+    neighbourhood. The plan found, or None (none fits, e.g. the pattern's staging on the device at
+    activation depth 2; or no layer's residuals to offload at this depth pair).
 
     Why: where offloading a residual pays off only once many are (the first pays the device
     staging, ``memory.offload_working_bytes``), the LP offloads about half of each layer's, the
@@ -2439,8 +2439,8 @@ def _fractional_offloads(union_built: Built, point) -> int:
     return sum(1 for v in union_built.off.values() if RENS_TOLERANCE < point[v.idx] < 1.0 - RENS_TOLERANCE)
 
 
-# the union phase's first neighbourhood tries the offload pattern first where the union LP takes at
-# least this share of the residual offloads in part (``_Solve.offload_pattern``). The real shapes
+# the union phase's first neighbourhood tries the offload pattern (after its _rens) where the union
+# LP takes at least this share of the residual offloads in part (``_Solve.offload_pattern``). The real shapes
 # whose residuals may go to the host: 98-99 % at 128 layers; the varied instances: 0-62 % but seed 6,
 # 100 % (seed 5, 62 %, values near 0.03: the pattern's neighbourhood ran 17 s and found nothing)
 PATTERN_MIN_SHARE = 0.9
