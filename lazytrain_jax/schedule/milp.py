@@ -1564,6 +1564,7 @@ class _Solve:
         self.offload_split = None  # the offload split's future (start_offload_split), once started
         self.offload_split_joined = False  # its bound taken into the union LP (join_splits)
         self.halves_done = False       # half_neighbourhoods has run
+        self.pattern_done = False      # offload_pattern has run
         self.depth_split = None    # the depth split's future (split_on_depth), until joined into depth_bounds
         self.carried = None        # the union phase's best plan, when the union LP does not prove it
         self.far = None            # the depth pair HiGHS starts with, when that plan is far from the union LP
@@ -1734,9 +1735,15 @@ class _Solve:
         # it 1.00-1.05 s; the varied 128-layer instances take the same time or less)
         self.start_offload_split()
         self.start_depth_split()
-        for phase in ((self.neighbourhoods, self.searches) if self.far else
-                      (self.first_neighbourhood, self.searches, self.half_neighbourhoods) if neighbourhood_first
-                      else (self.searches, self.neighbourhoods)):
+        # the offload pattern (offload_pattern) right after the first neighbourhood where the searches
+        # come last, after the searches where they come before the halves' neighbourhoods (qwen3-32b
+        # on the H200 at 64 layers: the search at (1, 2) proves the plan, and the pattern before it
+        # found nothing and cost 0.13 s)
+        for phase in ((self.first_neighbourhood, self.offload_pattern, self.half_neighbourhoods, self.searches)
+                      if self.far else
+                      (self.first_neighbourhood, self.searches, self.offload_pattern, self.half_neighbourhoods)
+                      if neighbourhood_first else
+                      (self.searches, self.first_neighbourhood, self.offload_pattern, self.half_neighbourhoods)):
             phase()
         self.join_splits()
         incumbent = self.incumbent
@@ -1883,16 +1890,6 @@ class _Solve:
             self.incumbent = q
         return d, q
 
-    def neighbourhoods(self):
-        """The union LP's solution, its fractional part solved exactly at the depth pair it
-        leans to (``rens_at``): random NVMe instances, 128 layers: plans within 0.8-1.0 % of
-        the union LP, where the search left 3-4 %. Then, still unproved, the union LP with the
-        weight prefetch depth fixed at each depth (two LPs, in parallel): one bound per half of
-        the depth pairs, the lower raising the union LP's; and _rens from the solution of each
-        half that leaves room (the lower first)."""
-        self.first_neighbourhood()
-        self.half_neighbourhoods()
-
     def neighbourhoods_open(self) -> bool:
         """Whether the union LP's neighbourhoods may run now: HiGHS' path with the LP's solution at
         hand, the incumbent not proved, time left."""
@@ -1900,20 +1897,16 @@ class _Solve:
             not self.expired()
 
     def first_neighbourhood(self):
-        """``rens_at`` the depth pair the union LP's solution leans to (once), then, still unproved,
-        the offload pattern (``offload_pattern``) where that LP offloads residuals in part. In that
-        order: the pattern first took varied seed 6 at 128 layers from 2.4 to 4.9 s (its
-        neighbourhood 2.7 s, where ``_rens`` proves a plan in 0.5 s) and the llama3-8b shape below
-        from 3.8 to 2.3 s."""
+        """``rens_at`` the depth pair the union LP's solution leans to (once)."""
         if not self.neighbourhoods_open() or self.rens_done:
             return
         self.rens_in_union_phase(self.union_point[0])
-        if self.neighbourhoods_open():
-            self.offload_pattern()
         self.join_splits()  # started beside that neighbourhood (start_offload_split)
 
     def offload_pattern(self):
-        """``_offload_pattern`` from the union LP's solution where it takes at least
+        """Once, after the first neighbourhood (``union_phase``; before it, varied seed 6 at 128
+        layers took 4.9 s where ``_rens`` proves a plan in 2.4 s, its neighbourhood 2.7 s):
+        ``_offload_pattern`` from the union LP's solution where it takes at least
         ``PATTERN_MIN_SHARE`` of the residual offloads in part: at the depth pairs in the order that
         solution leans to, up to the first that gives a plan (a pattern's staging may not fit at
         activation depth 2; an infeasible neighbourhood takes 0.0-0.1 s); the incumbent replaced
@@ -1922,6 +1915,9 @@ class _Solve:
         (3.5 % unproved), 35.464 s; dense-27b 62.492, 63.371 (1.36 % unproved), 62.694 s; qwen3-8b
         31.722, 31.975 (proved in 19.5 s), 32.019 s; where it finds nothing better (qwen2.5-3b on
         the H200 and A100: 1.9-8.4 % above the union LP, worse than the search's) it costs 0.3-1.3 s."""
+        if not self.neighbourhoods_open() or self.pattern_done:
+            return
+        self.pattern_done = True
         point = self.union_point[0]
         off = self.union_built.off
         if not off or _fractional_offloads(self.union_built, point) < PATTERN_MIN_SHARE * len(off):

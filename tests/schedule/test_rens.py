@@ -373,7 +373,7 @@ def test_offload_pattern_runs_where_the_union_lp_offloads_in_part(monkeypatch, s
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.deadline, run.max_nodes, run.depths = 1e-2, math.inf, 300, milp.MILP_DEPTHS
     run.costs = run.hardware = run.cutoff = run.offload_split = None
-    run.direct, run.union = True, 8.0
+    run.direct, run.union, run.pattern_done = True, 8.0, False
     run.stats = {"rens_s": 0.0, "rens_runs": 0}
     off = {l: f"off {l}" for l in range(10)}
     run.union_built = types.SimpleNamespace(off=off)
