@@ -79,7 +79,10 @@ solution is at hand) does not prove the union phase's plan, the LP's solution is
 pair the LP leans to (``_leaning``), and the union LP is split on the weight prefetch depth
 (``_depth_split``: two LPs in parallel, each by dual simplex from the union LP's vertex
 (``_hot_lp``), one bound per half of the depth pairs, and ``_rens`` again from the solution of a
-half that leaves room: its interior point, not that vertex, ``_Solve.half_point``). Far from the union LP (``UNION_SEARCH_GAPS``) this
+half that leaves room: from its interior point again where its vertex gave a far plan,
+``_Solve.rens_from_interior``). Where the LP offloads most layers' residuals in part,
+``_offload_pattern`` fixes the offloads at their systematic rounding (every other layer at 0.5
+each) and solves the rest. Far from the union LP (``UNION_SEARCH_GAPS``) this
 comes before the searches at the other depth pairs, near it after them. Still unproved, HiGHS'
 root alone runs on each half of the union model the split left open (``_half_roots``: the weight
 prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster: where
