@@ -1944,7 +1944,8 @@ class _Solve:
 
     def half_neighbourhoods(self):
         """The union LP split on the weight prefetch depth, and ``rens_at`` each half's solution
-        that leaves room (``neighbourhoods``)."""
+        that leaves room, the lower half first (again from its interior point where its vertex
+        gave a far plan: ``rens_from_interior``)."""
         weights = self.weights
         if not self.neighbourhoods_open() or len(weights) < 2 or self.halves_done:
             return
@@ -2438,8 +2439,8 @@ def _fractional_offloads(union_built: Built, point) -> int:
     return sum(1 for v in union_built.off.values() if RENS_TOLERANCE < point[v.idx] < 1.0 - RENS_TOLERANCE)
 
 
-# the union phase's first neighbourhood tries the offload pattern (after its _rens) where the union
-# LP takes at least this share of the residual offloads in part (``_Solve.offload_pattern``). The real shapes
+# the union phase's offload pattern step runs where the union LP takes at least this share of the
+# residual offloads in part (``_Solve.offload_pattern``). The real shapes
 # whose residuals may go to the host: 98-99 % at 128 layers; the varied instances: 0-62 % but seed 6,
 # 100 % (seed 5, 62 %, values near 0.03: the pattern's neighbourhood ran 17 s and found nothing)
 PATTERN_MIN_SHARE = 0.9
