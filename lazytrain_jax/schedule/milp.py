@@ -1711,7 +1711,14 @@ class _Solve:
         searches at the other depth pairs, in the order that suits the start's distance from the
         LP, the residual offload split and HiGHS' roots on the union model's halves: the plan where
         these prove it, else None (the best plan so far carried into ``depth_phase``)."""
-        if self.incumbent is None or self.union is None:
+        if self.union is None:
+            return None
+        if self.incumbent is None and self.direct and self.union_point and not self.expired():
+            # no start fits (the search found none, no warm start): the union LP's first
+            # neighbourhood may give one (varied seed 26, 128 layers, room for 15 % of the
+            # boundaries: HiGHS' branch and cut on depths (1, 1) took 11.3 s to its first plan)
+            self.rens_in_union_phase(self.union_point[0])
+        if self.incumbent is None:
             return None
         rel_gap, cutoff = self.rel_gap, self.cutoff
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed.
@@ -1889,7 +1896,7 @@ class _Solve:
             return
         built = self.prebuilt[d] = self.build_at(*d)
         q = self.rens_at(built, point)
-        if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+        if q is not None and (self.incumbent is None or q.predicted_step_time_s < self.incumbent.predicted_step_time_s):
             self.incumbent = q
         return d, q
 
@@ -2109,8 +2116,11 @@ class _Solve:
             # HiGHS on the union phase's own depth pair first (depths sorted so) while the other
             # pairs' LPs are solved beside it (HiGHS releases the interpreter lock), then on those
             # pairs in order of their LP, each while its LP leaves room below the best plan so far
-            # (after _rens, whose plan a pair's LP may well prove or rule out, every pair's LP first)
-            first, rest = ([], pending) if self.stats["rens_runs"] else (pending[:1], pending[1:])
+            # (after _rens, whose plan a pair's LP may well prove or rule out, every pair's LP first;
+            # not where no plan is at hand: varied seed 26, 64 layers, no start and _rens' first
+            # neighbourhood infeasible, the LPs first took 0.6 s more to the same branch)
+            first, rest = ([], pending) if self.stats["rens_runs"] and _limit(cutoff, self.carried) is not None \
+                else (pending[:1], pending[1:])
             points = []
             lps = _background_lps([b for b, _, _ in rest], workers=1 if first else 2, points=points)
             for entry in first:
