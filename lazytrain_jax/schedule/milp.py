@@ -82,8 +82,9 @@ pair the LP leans to (``_leaning``), and the union LP is split on the weight pre
 half that leaves room: from its interior point again where its vertex gave a far plan,
 ``_Solve.rens_from_interior``). Where the LP offloads most layers' residuals in part,
 ``_offload_pattern`` fixes the offloads at their systematic rounding (every other layer at 0.5
-each) and solves the rest. Far from the union LP (``UNION_SEARCH_GAPS``) this
-comes before the searches at the other depth pairs, near it after them. Still unproved, HiGHS'
+each) and solves the rest. More than ``NEIGHBOURHOODS_FIRST_GAPS`` rel_gaps from the union LP all
+this comes before the searches at the other depth pairs (far from it, ``UNION_SEARCH_GAPS``, they
+are skipped), near it after them; where no start fits, ``_rens`` gives the first plan. Still unproved, HiGHS'
 root alone runs on each half of the union model the split left open (``_half_roots``: the weight
 prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster: where
 none exists the half's depth pairs are ruled out. Then each depth pair's LP (two in parallel)
@@ -1732,8 +1733,11 @@ class _Solve:
             self.far = _leaning(self.union_point[0], self.union_built, self.depths, self.tie())[0]
         # a start far from the union LP: the LP's neighbourhoods first (the searches found nothing
         # within 1 % on the random instances); more than NEIGHBOURHOODS_FIRST_GAPS above it, the
-        # first neighbourhood, then the searches, then the neighbourhoods of the LP's halves; near
-        # it, the searches first (qwen2.5-3b shape on an H200 with room for a third of the
+        # same order, the searches last (after the first neighbourhood they took 2.0-2.1 s on the
+        # qwen3-32b and dense-27b shapes on the H200 with room for a third of the boundaries at 128
+        # layers, where the offload pattern then proved a faster plan: 4.5 -> 2.3 s each; llama3-8b
+        # H200 at 64 layers 2.2 -> 1.5 s; varied seeds 3 and 7 at 64 layers, whose searches found
+        # the plan, 0.1-0.2 s more); near it, the searches first (qwen2.5-3b shape on an H200 with room for a third of the
         # boundaries, 64 layers: proved by the searches in 2.2 s where the neighbourhood took 7 s).
         # The first step runs beside the offload split where that alone may prove the start
         # (start_offload_split)
@@ -1746,13 +1750,11 @@ class _Solve:
         self.start_offload_split()
         self.start_depth_split()
         # the offload pattern (offload_pattern) right after the first neighbourhood where the searches
-        # come last, after the searches where they come before the halves' neighbourhoods (qwen3-32b
+        # come last, after the searches where they come first (qwen3-32b
         # on the H200 at 64 layers: the search at (1, 2) proves the plan, and the pattern before it
         # found nothing and cost 0.13 s)
         for phase in ((self.first_neighbourhood, self.offload_pattern, self.half_neighbourhoods, self.searches)
-                      if self.far else
-                      (self.first_neighbourhood, self.searches, self.offload_pattern, self.half_neighbourhoods)
-                      if neighbourhood_first else
+                      if self.far or neighbourhood_first else
                       (self.searches, self.first_neighbourhood, self.offload_pattern, self.half_neighbourhoods)):
             phase()
         self.join_splits()
@@ -2307,7 +2309,8 @@ MIN_RUN_S = 0.05  # the least time limit a solver run is given (``_Solve.left``;
 UNION_SEARCH_GAPS = 3.0
 # where the start is more than this many rel_gaps above the union LP (but within UNION_SEARCH_GAPS)
 # the LP's first neighbourhood comes before the searches at the other depth pairs, which still
-# follow if it does not prove the start (and the neighbourhoods of the LP's halves after them).
+# run if it does not prove the start, as the last step (after the offload pattern and the
+# neighbourhoods of the LP's halves: ``_Solve.union_phase``).
 # Real shapes (planner_probes.py shapes, every 3-32B preset on every hardware preset) start
 # 2.0-3.1 rel_gaps above it where the searches first took 6-12 s at 128 layers and
 # the neighbourhood first 3.6-7.5 s, with the same or faster plans (qwen3-8b A100 with a third of
