@@ -87,7 +87,9 @@ this comes before the searches at the other depth pairs (far from it, ``UNION_SE
 are skipped), near it after them; where no start fits, ``_rens`` gives the first plan. Still unproved, HiGHS'
 root alone runs on each half of the union model the split left open (``_half_roots``: the weight
 prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster: where
-none exists the half's depth pairs are ruled out. Then each depth pair's LP (two in parallel)
+none exists the half's depth pairs are ruled out (``_Solve.settle``; between
+``NEIGHBOURHOODS_FIRST_GAPS`` and ``UNION_SEARCH_GAPS`` before the searches, which then run only
+where the roots leave the plan unproved). Then each depth pair's LP (two in parallel)
 prunes it; a pair it does not is tried with ``_rens``, ``_rins`` (the best plan and the pair's
 LP agreeing, fixed), HiGHS' root on the pair's own model with the same cutoff and
 ``_window_neighbourhood`` (32 consecutive layers re-routed) before HiGHS' whole branch and cut
@@ -1569,6 +1571,7 @@ class _Solve:
         self.offload_split_joined = False  # its bound taken into the union LP (join_splits)
         self.halves_done = False       # half_neighbourhoods has run
         self.pattern_done = False      # offload_pattern has run
+        self.rooted = None             # the plan HiGHS' roots on the union LP's halves were last asked to beat (settle)
         self.depth_split = None    # the depth split's future (split_on_depth), until joined into depth_bounds
         self.carried = None        # the union phase's best plan, when the union LP does not prove it
         self.far = None            # the depth pair HiGHS starts with, when that plan is far from the union LP
@@ -1756,17 +1759,35 @@ class _Solve:
         for phase in ((self.first_neighbourhood, self.offload_pattern, self.half_neighbourhoods, self.searches)
                       if self.far or neighbourhood_first else
                       (self.searches, self.first_neighbourhood, self.offload_pattern, self.half_neighbourhoods)):
+            if phase == self.searches and neighbourhood_first and not self.far:
+                # the roots on the union LP's halves before these searches, which only look for a
+                # better plan (varied seed 27, 128 layers: the roots proved the first
+                # neighbourhood's plan after the searches had taken 4.5 s and found nothing better)
+                plan = self.settle()
+                if plan is not None:
+                    return plan
             phase()
+        plan = self.settle()
+        if plan is None and rel_gap > 0 and (cutoff is None or self.incumbent.predicted_step_time_s < cutoff):
+            self.carried = self.incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
+        return plan
+
+    def settle(self):
+        """The union phase's plan where the union LP, its splits or HiGHS' roots on its halves
+        prove it (the splits started beside the steps joined first), else None. The roots run
+        once per plan."""
+        rel_gap, cutoff = self.rel_gap, self.cutoff
         self.join_splits()
         incumbent = self.incumbent
         self.start_offload_split()  # for the phases' plan, where the split was not started for the start
         self.join_splits()
         if not self.union_proves(incumbent) and self.direct and self.depth_bounds and not self.expired() and (
-                cutoff is None or incumbent.predicted_step_time_s < cutoff):
+                cutoff is None or incumbent.predicted_step_time_s < cutoff) and self.rooted is not incumbent:
             # HiGHS' root on each half of the union model the split left open, asked only for a
             # plan rel_gap faster: where none exists the half's depth pairs are ruled out (random
             # host-only 128-layer instances: 1.1-3.7 s a half, both halves side by side, where each
             # depth pair's neighbourhoods and root took 1.8-4.6 s)
+            self.rooted = incumbent
             bar = incumbent.predicted_step_time_s * (1 - rel_gap)
             halves = [dw for dw in self.weights if self.depth_bounds[dw] < bar]
             t = time.perf_counter()
@@ -1797,8 +1818,6 @@ class _Solve:
             self.stats["proof"] = "union_lp"
             return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - self.union) / value),
                                      solve_time_s=time.perf_counter() - self.t0)
-        if rel_gap > 0 and (cutoff is None or incumbent.predicted_step_time_s < cutoff):
-            self.carried = incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
         return None
 
     def start_offload_split(self):

@@ -460,3 +460,44 @@ def test_a_solve_without_a_start_takes_the_union_lps_first_neighbourhood(monkeyp
     assert p.fits() and p.solver_status == "optimal" and p.gap <= 1e-2 * (1 + 1e-9)
     assert optimum - 1e-9 <= p.predicted_step_time_s <= optimum / (1 - 1e-2) + 1e-9
     assert p.predicted_step_time_s * (1 - p.gap) <= optimum * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("start,proved_early,order", [
+    # near the union LP (within NEIGHBOURHOODS_FIRST_GAPS rel_gaps): the searches first
+    (10.1, False, ["searches", "first", "pattern", "halves", "settle"]),
+    # between NEIGHBOURHOODS_FIRST_GAPS and UNION_SEARCH_GAPS: the neighbourhoods, then the roots
+    # (settle), and the searches only where those leave the plan unproved
+    (10.2, False, ["first", "pattern", "halves", "settle", "searches", "settle"]),
+    (10.2, True, ["first", "pattern", "halves", "settle"]),
+    # far from it: the same, the searches (which skip the other depth pairs there) before the roots
+    (10.5, False, ["first", "pattern", "halves", "searches", "settle"]),
+])
+def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch, start, proved_early, order):
+    """The union phase's steps in the order the start's distance from the union LP (10.0 s, rel_gap
+    1 %) calls for, ``settle`` (the union LP's proof, HiGHS' roots on its halves) last, and between
+    the neighbourhoods and the searches where the start is neither near nor far; the plan it
+    proves is returned, an unproved one carried into the depth phase."""
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.cutoff, run.union, run.far, run.direct = 1e-2, None, 10.0, None, True
+    run.union_point, run.union_built, run.depths = ["union point"], None, milp.MILP_DEPTHS
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=start)
+    run.depth_bounds, run.carried = {}, None
+    calls = []
+    monkeypatch.setattr(milp, "_leaning", lambda point, built, depths, tie=None: [(2, 1)])
+    monkeypatch.setattr(run, "tie", lambda: None, raising=False)
+    for name, label in (("first_neighbourhood", "first"), ("offload_pattern", "pattern"),
+                        ("half_neighbourhoods", "halves"), ("searches", "searches")):
+        monkeypatch.setattr(run, name, lambda label=label: calls.append(label), raising=False)
+    for name in ("start_offload_split", "start_depth_split"):
+        monkeypatch.setattr(run, name, lambda: None, raising=False)
+    proof = types.SimpleNamespace(name="proved")
+
+    def settle():
+        calls.append("settle")
+        return proof if proved_early else None
+    monkeypatch.setattr(run, "settle", settle, raising=False)
+    plan = run.union_phase()
+    assert calls == order
+    assert plan is (proof if proved_early else None)
+    assert run.far == ((2, 1) if start == 10.5 else None)
+    assert run.carried is (None if proved_early else run.incumbent)
