@@ -84,7 +84,9 @@ half that leaves room: from its interior point again where its vertex gave a far
 ``_offload_pattern`` fixes the offloads at their systematic rounding (every other layer at 0.5
 each) and solves the rest. More than ``NEIGHBOURHOODS_FIRST_GAPS`` rel_gaps from the union LP all
 this comes before the searches at the other depth pairs (far from it, ``UNION_SEARCH_GAPS``, they
-are skipped), near it after them; where no start fits, ``_rens`` gives the first plan. Still unproved, HiGHS'
+are skipped), near it after them (and after each depth pair's own LP, where the union LP takes the
+activation depth and the residuals' staging in part: ``_Solve.pair_lps``); where no start fits,
+``_rens`` gives the first plan. Still unproved, HiGHS'
 root alone runs on each half of the union model the split left open (``_half_roots``: the weight
 prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster: where
 none exists the half's depth pairs are ruled out (``_Solve.settle``; between
@@ -1572,6 +1574,8 @@ class _Solve:
         self.halves_done = False       # half_neighbourhoods has run
         self.pattern_done = False      # offload_pattern has run
         self.rooted = None             # the plan HiGHS' roots on the union LP's halves were last asked to beat (settle)
+        self.pair_proof = None         # the plan the depth pairs' own LPs prove (pair_lps)
+        self.pairs_done = False        # pair_lps has run
         self.depth_split = None    # the depth split's future (split_on_depth), until joined into depth_bounds
         self.carried = None        # the union phase's best plan, when the union LP does not prove it
         self.far = None            # the depth pair HiGHS starts with, when that plan is far from the union LP
@@ -1755,10 +1759,14 @@ class _Solve:
         # the offload pattern (offload_pattern) right after the first neighbourhood where the searches
         # come last, after the searches where they come first (qwen3-32b
         # on the H200 at 64 layers: the search at (1, 2) proves the plan, and the pattern before it
-        # found nothing and cost 0.13 s)
+        # found nothing and cost 0.13 s). Near it, the depth pairs' own LPs come first where the
+        # union LP takes the activation depth and the residual staging in part (pair_lps: qwen2.5-3b
+        # on the H200 at 128 layers, 20 s unproved -> 6.2 s proved; before the searches, 1.9 s less
+        # than after them)
         for phase in ((self.first_neighbourhood, self.offload_pattern, self.half_neighbourhoods, self.searches)
                       if self.far or neighbourhood_first else
-                      (self.searches, self.first_neighbourhood, self.offload_pattern, self.half_neighbourhoods)):
+                      (self.pair_lps, self.searches, self.first_neighbourhood, self.offload_pattern,
+                       self.half_neighbourhoods)):
             if phase == self.searches and neighbourhood_first and not self.far:
                 # the roots on the union LP's halves before these searches, which only look for a
                 # better plan (varied seed 27, 128 layers: the roots proved the first
@@ -1767,6 +1775,8 @@ class _Solve:
                 if plan is not None:
                     return plan
             phase()
+            if self.pair_proof is not None:
+                return self.pair_proof
         plan = self.settle()
         if plan is None and rel_gap > 0 and (cutoff is None or self.incumbent.predicted_step_time_s < cutoff):
             self.carried = self.incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
@@ -1819,6 +1829,55 @@ class _Solve:
             return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - self.union) / value),
                                      solve_time_s=time.perf_counter() - self.t0)
         return None
+
+    def pair_lps(self):
+        """Once, where the union LP takes the activation prefetch depth in part and pays the
+        residuals' device staging in part: each depth pair's own LP, and where that too pays the
+        staging in part its offload split (``_offload_split``), side by side. The union LP relaxes
+        the depth pair, and there it offloads a fraction of many residuals at depth 2, whose
+        deeper staging it also pays only in part (qwen2.5-3b shape, H200, room for a third of the
+        boundaries, 128 layers: the union LP 12.749 s, each pair's LP 12.756-12.931 s, with the
+        offload split at activation depth 2 12.929-12.931 s, the plan 12.934 s). Where every pair's
+        bound proves the incumbent, that plan (``pair_proof``); else the union LP and its halves
+        (``depth_bounds``) are raised to the pairs' bounds."""
+        if self.pairs_done or not self.neighbourhoods_open() or self.union_built.depth_indicators is None:
+            return
+        self.pairs_done = True
+        y_a = float(self.union_point[0][self.union_built.depth_indicators[1].idx])
+        if not DEPTH_SPLIT_EARLY < y_a < 1.0 - DEPTH_SPLIT_EARLY or \
+                not _staging_paid_in_part(self.union_built, self.union_point):
+            return
+        t = time.perf_counter()
+        for d in self.depths:
+            if d not in self.prebuilt:
+                self.prebuilt[d] = self.build_at(*d)
+        builts = [self.prebuilt[d] for d in self.depths]
+        arrays = [_highs_arrays(b.model) for b in builts]
+        points, bases = [[] for _ in builts], [[] for _ in builts]
+        futures = [_in_thread(_highs_solve, a, point, basis) for a, point, basis in zip(arrays, points, bases)]
+        values = [f.result() for f in futures]
+        splits = [_in_thread(_offload_split, b, a, basis)
+                  if value is not None and b.off and point and _staging_paid_in_part(b, point) else None
+                  for b, a, point, basis, value in zip(builts, arrays, points, bases, values)]
+        bounds = {}
+        for d, value, split in zip(self.depths, values, splits):
+            if value is None:
+                return   # HiGHS could not say: no bound from this step
+            bounds[d] = max(value, split.result() if split is not None else -math.inf)
+        self.stats["lp_s"] += time.perf_counter() - t
+        self.stats["lp_solves"] += len(builts) + sum(2 for f in splits if f is not None)
+        least = min(bounds.values())
+        self.union = max(self.union, least)
+        for dw in self.weights:
+            ours = [v for d, v in bounds.items() if d[0] == dw]
+            if ours and dw in self.depth_bounds:
+                self.depth_bounds[dw] = max(self.depth_bounds[dw], min(ours))
+        if self.union_proves(self.incumbent):
+            value = self.incumbent.predicted_step_time_s
+            self.stats["proof"] = "pair_lps"
+            self.pair_proof = self.incumbent.replace(name="milp", solver_status="optimal",
+                                                     gap=max(0.0, (value - self.union) / value),
+                                                     solve_time_s=time.perf_counter() - self.t0)
 
     def start_offload_split(self):
         """Where the union LP pays the residual offload's staging only in part and splitting on it

@@ -463,8 +463,10 @@ def test_a_solve_without_a_start_takes_the_union_lps_first_neighbourhood(monkeyp
 
 
 @pytest.mark.parametrize("start,proved_early,order", [
-    # near the union LP (within NEIGHBOURHOODS_FIRST_GAPS rel_gaps): the searches first
-    (10.1, False, ["searches", "first", "pattern", "halves", "settle"]),
+    # near the union LP (within NEIGHBOURHOODS_FIRST_GAPS rel_gaps): the depth pairs' own LPs, then
+    # the searches
+    (10.1, False, ["pairs", "searches", "first", "pattern", "halves", "settle"]),
+    (10.1, "pairs", ["pairs"]),
     # between NEIGHBOURHOODS_FIRST_GAPS and UNION_SEARCH_GAPS: the neighbourhoods, then the roots
     # (settle), and the searches only where those leave the plan unproved
     (10.2, False, ["first", "pattern", "halves", "settle", "searches", "settle"]),
@@ -475,29 +477,76 @@ def test_a_solve_without_a_start_takes_the_union_lps_first_neighbourhood(monkeyp
 def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch, start, proved_early, order):
     """The union phase's steps in the order the start's distance from the union LP (10.0 s, rel_gap
     1 %) calls for, ``settle`` (the union LP's proof, HiGHS' roots on its halves) last, and between
-    the neighbourhoods and the searches where the start is neither near nor far; the plan it
-    proves is returned, an unproved one carried into the depth phase."""
+    the neighbourhoods and the searches where the start is neither near nor far; near it the depth
+    pairs' own LPs first (``pair_lps``); the plan a step proves is returned, an unproved one carried
+    into the depth phase."""
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.cutoff, run.union, run.far, run.direct = 1e-2, None, 10.0, None, True
     run.union_point, run.union_built, run.depths = ["union point"], None, milp.MILP_DEPTHS
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=start)
-    run.depth_bounds, run.carried = {}, None
+    run.depth_bounds, run.carried, run.pair_proof = {}, None, None
     calls = []
     monkeypatch.setattr(milp, "_leaning", lambda point, built, depths, tie=None: [(2, 1)])
     monkeypatch.setattr(run, "tie", lambda: None, raising=False)
     for name, label in (("first_neighbourhood", "first"), ("offload_pattern", "pattern"),
                         ("half_neighbourhoods", "halves"), ("searches", "searches")):
         monkeypatch.setattr(run, name, lambda label=label: calls.append(label), raising=False)
+    proof = types.SimpleNamespace(name="proved")
+
+    def pair_lps():
+        calls.append("pairs")
+        if proved_early == "pairs":
+            run.pair_proof = proof
+    monkeypatch.setattr(run, "pair_lps", pair_lps, raising=False)
     for name in ("start_offload_split", "start_depth_split"):
         monkeypatch.setattr(run, name, lambda: None, raising=False)
-    proof = types.SimpleNamespace(name="proved")
 
     def settle():
         calls.append("settle")
-        return proof if proved_early else None
+        return proof if proved_early is True else None
     monkeypatch.setattr(run, "settle", settle, raising=False)
     plan = run.union_phase()
     assert calls == order
     assert plan is (proof if proved_early else None)
     assert run.far == ((2, 1) if start == 10.5 else None)
     assert run.carried is (None if proved_early else run.incumbent)
+
+
+@pytest.mark.parametrize("seed,raised", [(4, False), (7, True)])
+def test_pair_lps_bound_every_depth_pair_from_below_and_raise_the_union_lp(monkeypatch, seed, raised):
+    """``_Solve.pair_lps`` (each depth pair's own LP and, where it pays the residual staging in
+    part, its offload split; forced here whatever the union LP's activation depth and staging):
+    the union LP it leaves is at least the union LP's and at most the exact optimum of every depth
+    pair; each weight depth's half bound at most the exact optimum at that weight depth; where it
+    proves the incumbent, the plan returned is the incumbent and its gap is against that bound."""
+    costs, hw = _random_instance(12, seed)
+    monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
+    exact = {d: _exact_at(monkeypatch, costs, hw, *d) for d in milp.MILP_DEPTHS}
+    monkeypatch.setattr(milp, "MIP_SOLVER", "auto")
+    monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "DEPTH_SPLIT_EARLY", -1.0)
+    monkeypatch.setattr(milp, "_staging_paid_in_part", lambda built, point: True)
+    stats = dict(search_s=0.0, lp_s=0.0, lp_solves=0, neighbourhood_s=0.0, rens_s=0.0, rens_runs=0, bb_s=0.0,
+                 bb_runs=0, proof="depth_lps")
+    kw = dict(max_segment_length=8, max_resident_tail=8, residual_offload=True, verbose=False)
+    run = milp._Solve(costs, hw, kw, t0=__import__("time").perf_counter(), time_limit_s=60.0, rel_gap=1e-2,
+                      warm_start=None, cutoff=None, depths=milp.MILP_DEPTHS,
+                      search_evaluations=milp.search.DEFAULT_EVALUATIONS, max_nodes=300, stats=stats)
+    assert run.union_point
+    run.incumbent = min((p for p in exact.values() if p is not None), key=lambda p: p.predicted_step_time_s)
+    run.depth_split = milp._timed(milp._depth_split, run.union_built, run.arrays, run.union_basis, set(),
+                                  background=False)
+    run.join_depth_split()
+    union, halves = run.union, dict(run.depth_bounds)
+    best = {d: p.predicted_step_time_s for d, p in exact.items() if p is not None}
+    run.pair_lps()
+    assert run.pairs_done and stats["lp_solves"] >= 4
+    assert union - 1e-9 <= run.union <= min(best.values()) * (1 + 1e-7)
+    assert (run.union > union * (1 + 1e-3)) == raised   # seed 7: 3.068 -> 3.085 s (its optimum: 3.156 s)
+    for dw, bound in run.depth_bounds.items():   # (a weight depth without any plan: any bound)
+        assert halves[dw] - 1e-9 <= bound <= min([v for d, v in best.items() if d[0] == dw] + [math.inf]) * (1 + 1e-7)
+    if run.pair_proof is not None:
+        value = run.incumbent.predicted_step_time_s
+        assert run.pair_proof.predicted_step_time_s == value and stats["proof"] == "pair_lps"
+        assert run.pair_proof.gap == pytest.approx(max(0.0, (value - run.union) / value))
