@@ -21,6 +21,12 @@
   kept      on those instances, at --depths, every boundary kept (the tiers free): the LP against
             the MILP's optimum at that path (CBC, rel_gap 0), where the case cuts were loose
   shape-lps on those instances (--seeds: label substrings): each depth pair's LP and the union LP
+  pair-lps  on those instances: the union LP (its activation depth indicator, whether it pays the
+            residuals' staging in part) and each depth pair's LP, with no residual on the host,
+            with the least staging paid in full (about ``milp._offload_split``'s branches, whose
+            second also asks for one residual on the host), and the pair's bound as
+            ``milp._Solve.pair_lps`` takes it (its LP, raised by its offload split where its
+            solution pays the staging in part)
   lp-paths  the union LP of three ``planner.py`` rows at --layers and twice that, through scipy's
             bundled HiGHS object (``milp._highs_lp_direct``, what the planner uses) and through
             ``linprog`` (``milp._highs_lp_scipy``), alone and beside a thread running Python (min of 2)
@@ -31,7 +37,7 @@
             preset of 3-32B on each hardware preset, at the device's own memory and at a budget with
             room for a third of the boundaries; --seeds filters by label substring): seconds, gap, proof
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|shapes|shape-lps|
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|shapes|shape-lps|pair-lps|
      lp-paths|leftover] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
@@ -342,6 +348,36 @@ def shape_lps(args):
               flush=True)
 
 
+def pair_lps(args):
+    """See the module docstring (pair-lps)."""
+    for label, c, hw in selected_shapes(args):
+        union = milp.build(c, hw, union=True)
+        point = []
+        value = milp._highs_solve(milp._highs_arrays(union.model), point)
+        y_a = float(point[0][union.depth_indicators[1].idx]) if point else float("nan")
+        print(f"{label}, {args.layers} layers: union LP {value:.4f} s, activation depth indicator {y_a:.2f}, "
+              f"staging paid in part: {milp._staging_paid_in_part(union, point)}", flush=True)
+        for d in milp.MILP_DEPTHS:
+            built = milp.build(c, hw, weight_prefetch_depth=d[0], act_prefetch_depth=d[1])
+            arrays = milp._highs_arrays(built.model)
+            point, basis, branches = [], [], []
+            lp = milp._highs_solve(arrays, point, basis)
+            in_part = bool(built.off and point and milp._staging_paid_in_part(built, point))
+            # the pair's bound as _Solve.pair_lps takes it: its offload split where it pays the staging in part
+            bound = max(lp, milp._offload_split(built, arrays, basis) if in_part else -math.inf)
+            if built.off:
+                for fix in ("none", "full"):
+                    for v in built.off.values():
+                        v.ub = 0.0 if fix == "none" else 1.0
+                    built.res_max.lb = built.res_floor if fix == "full" else 0.0
+                    branches.append(milp._highs_solve(milp._highs_arrays(built.model)))
+                built.res_max.lb = 0.0
+            text = (f"no residual on the host {branches[0]:.4f}, staging paid in full {branches[1]:.4f}, "
+                    if branches else "no residual offload, ")
+            print(f"  ({d[0]},{d[1]}) LP {lp:.4f}, {text}staging paid in part: {in_part}, bound {bound:.4f} s",
+                  flush=True)
+
+
 def _planner_row(label):
     from planner import solve_cases
     return dict(solve_cases())[label]
@@ -407,7 +443,7 @@ def leftover(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept",
-                                          "shapes", "shape-lps", "lp-paths", "leftover"])
+                                          "shapes", "shape-lps", "pair-lps", "lp-paths", "leftover"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
@@ -417,7 +453,8 @@ def main():
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
     {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
-     "varied-lps": varied_lps, "kept": kept, "shapes": shapes, "shape-lps": shape_lps, "lp-paths": lp_paths,
+     "varied-lps": varied_lps, "kept": kept, "shapes": shapes, "shape-lps": shape_lps, "pair-lps": pair_lps,
+     "lp-paths": lp_paths,
      "leftover": leftover}[args.probe](args)
 
 
