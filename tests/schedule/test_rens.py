@@ -544,6 +544,8 @@ def test_pair_lps_bound_every_depth_pair_from_below_and_raise_the_union_lp(monke
     assert run.pairs_done and stats["lp_solves"] >= 4
     assert union - 1e-9 <= run.union <= min(best.values()) * (1 + 1e-7)
     assert (run.union > union * (1 + 1e-3)) == raised   # seed 7: 3.068 -> 3.085 s (its optimum: 3.156 s)
+    for d, bound in run.pair_bounds.items():   # each pair's own bound, for the depth phase's branch
+        assert bound <= (best[d] * (1 + 1e-7) if d in best else math.inf)
     for dw, bound in run.depth_bounds.items():   # (a weight depth without any plan: any bound)
         assert halves[dw] - 1e-9 <= bound <= min([v for d, v in best.items() if d[0] == dw] + [math.inf]) * (1 + 1e-7)
     if run.pair_proof is not None:
