@@ -1854,11 +1854,11 @@ class _Solve:
         if not DEPTH_SPLIT_EARLY < y_a < 1.0 - DEPTH_SPLIT_EARLY or \
                 not _staging_paid_in_part(self.union_built, self.union_point):
             return
-        t = time.perf_counter()
         for d in self.depths:
             if d not in self.prebuilt:
                 self.prebuilt[d] = self.build_at(*d)
         builts = [self.prebuilt[d] for d in self.depths]
+        t = time.perf_counter()
         arrays = [_highs_arrays(b.model) for b in builts]
         points, bases = [[] for _ in builts], [[] for _ in builts]
         futures = [_in_thread(_highs_solve, a, point, basis) for a, point, basis in zip(arrays, points, bases)]
