@@ -1713,6 +1713,13 @@ class _Solve:
     def build_at(self, dw, da):
         return build(self.costs, self.hardware, weight_prefetch_depth=dw, act_prefetch_depth=da, **self.kw)
 
+    def model_at(self, d):
+        """Depth pair ``d``'s model, built once for the solve (``prebuilt``; the neighbourhoods
+        restore the bounds they fix)."""
+        if d not in self.prebuilt:
+            self.prebuilt[d] = self.build_at(*d)
+        return self.prebuilt[d]
+
     # -- the union phase ---------------------------------------------------------------------
 
     def union_phase(self):
@@ -1812,10 +1819,7 @@ class _Solve:
                 # 5.59 s, 11 2.04 -> 1.59 s; random host-only seeds 12 and 13 at 128 layers 4.76 ->
                 # 4.10 s and 5.26 -> 4.88 s; the same plans
                 pairs = [d for d in self.depths if d[0] == halves[0]]
-                for d in pairs:
-                    if d not in self.prebuilt:
-                        self.prebuilt[d] = self.build_at(*d)
-                settled = {halves[0]: _pair_roots([self.prebuilt[d] for d in pairs], bar, rel_gap, self.left())}
+                settled = {halves[0]: _pair_roots([self.model_at(d) for d in pairs], bar, rel_gap, self.left())}
             else:
                 settled = _half_roots(self.union_built, self.arrays, bar, halves, rel_gap, self.left())
             self.stats["bb_s"] += time.perf_counter() - t
@@ -1828,11 +1832,16 @@ class _Solve:
                 return incumbent.replace(name="milp", solver_status="optimal", gap=rel_gap,
                                          solve_time_s=time.perf_counter() - self.t0)
         if self.union_proves(incumbent):
-            value = incumbent.predicted_step_time_s
-            self.stats["proof"] = "union_lp"
-            return incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - self.union) / value),
-                                     solve_time_s=time.perf_counter() - self.t0)
+            return self.proved_by_union("union_lp")
         return None
+
+    def proved_by_union(self, proof):
+        """The incumbent as the plan the union LP (as raised so far) proves, its gap against that
+        bound; ``proof`` recorded in ``stats``."""
+        value = self.incumbent.predicted_step_time_s
+        self.stats["proof"] = proof
+        return self.incumbent.replace(name="milp", solver_status="optimal", gap=max(0.0, (value - self.union) / value),
+                                      solve_time_s=time.perf_counter() - self.t0)
 
     def pair_lps(self):
         """Once, where the union LP takes the activation prefetch depth in part and pays the
@@ -1854,10 +1863,7 @@ class _Solve:
         if not DEPTH_SPLIT_EARLY < y_a < 1.0 - DEPTH_SPLIT_EARLY or \
                 not _staging_paid_in_part(self.union_built, self.union_point):
             return
-        for d in self.depths:
-            if d not in self.prebuilt:
-                self.prebuilt[d] = self.build_at(*d)
-        builts = [self.prebuilt[d] for d in self.depths]
+        builts = [self.model_at(d) for d in self.depths]
         t = time.perf_counter()
         arrays = [_highs_arrays(b.model) for b in builts]
         points, bases = [[] for _ in builts], [[] for _ in builts]
@@ -1881,11 +1887,7 @@ class _Solve:
             if ours and dw in self.depth_bounds:
                 self.depth_bounds[dw] = max(self.depth_bounds[dw], min(ours))
         if self.union_proves(self.incumbent):
-            value = self.incumbent.predicted_step_time_s
-            self.stats["proof"] = "pair_lps"
-            self.pair_proof = self.incumbent.replace(name="milp", solver_status="optimal",
-                                                     gap=max(0.0, (value - self.union) / value),
-                                                     solve_time_s=time.perf_counter() - self.t0)
+            self.pair_proof = self.proved_by_union("pair_lps")
 
     def start_offload_split(self):
         """Where the union LP pays the residual offload's staging only in part and splitting on it
@@ -1982,8 +1984,7 @@ class _Solve:
                   if d not in self.rens_done and weight_depth in (None, d[0])), None)
         if d is None:
             return
-        built = self.prebuilt[d] = self.build_at(*d)
-        q = self.rens_at(built, point)
+        q = self.rens_at(self.model_at(d), point)
         if q is not None and (self.incumbent is None or q.predicted_step_time_s < self.incumbent.predicted_step_time_s):
             self.incumbent = q
         return d, q
@@ -2028,9 +2029,7 @@ class _Solve:
         for d in _leaning(point, self.union_built, self.depths, self.tie()):
             if self.expired():
                 return
-            if d not in self.prebuilt:
-                self.prebuilt[d] = self.build_at(*d)
-            q = self.counted(_offload_pattern, self.prebuilt[d], self.union_built, point, self.costs, self.hardware,
+            q = self.counted(_offload_pattern, self.model_at(d), self.union_built, point, self.costs, self.hardware,
                              self.rel_gap, self.left(), min(self.max_nodes, RENS_MAX_NODES))
             if q is not None:
                 if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
@@ -2154,7 +2153,7 @@ class _Solve:
             if dw in self.depth_bounds and limit is not None and self.depth_bounds[dw] >= limit * (1 - rel_gap):
                 self.best_bound = min(self.best_bound, self.depth_bounds[dw])
                 continue  # ruled out with its whole half of the depth pairs, before its model is built
-            built = self.prebuilt.get((dw, da)) or self.build_at(dw, da)
+            built = self.model_at((dw, da))
             start_plan = _at_depths(self.found, dw, da) or _at_depths(self.warm_start, dw, da)
             if self.best is not None and (start_plan is None or
                                           self.best.predicted_step_time_s <= start_plan.predicted_step_time_s):
