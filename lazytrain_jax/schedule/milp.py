@@ -112,6 +112,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import itertools
 import math
 import os
 import pickle
@@ -602,14 +603,15 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             and lengths(wd, ad) -> (its least length, that length when the layer is resident)."""
             return key, ind, layer, lengths
 
-        def cases_at(specs, v, above=None):
-            """The cases of ``specs`` at depth pair ``v``, as (length, indicator, resident length, p);
-            only those longer than ``above`` where it is given. p ≤ ind, p ≤ r_layer (a
+        def cases_at(specs, v, floor, above=None):
+            """The cases of ``specs`` at depth pair ``v``, as (length, indicator, resident length, p),
+            each length at least ``floor`` (the window's compute); only those longer than ``above``
+            where it is given. p ≤ ind, p ≤ r_layer (a
             resident-tail layer uploads nothing) takes the weights' share off; only upper bounds,
             so the LP raises it to min(ind, r) and every integer point keeps a p that holds."""
             out = []
             for key, ind, layer, lengths in specs:
-                value, resident_value = lengths(*v)
+                value, resident_value = (max(floor, c) for c in lengths(*v))
                 if above is not None and value <= above:
                     continue
                 if layer not in r or resident_value >= value:
@@ -634,7 +636,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 deeper = (2, v[1]) if dim == 0 else (v[0], 2)
                 drop_most = 0.0
                 for *_, lengths in specs:
-                    here, there = lengths(*v), lengths(*deeper)
+                    here, there = [max(floor, c) for c in lengths(*v)], lengths(*deeper)
                     drop_most = max(drop_most, here[0] - max(there[0], floor), here[1] - max(there[1], floor))
                 out.append(drop_most)
             return out
@@ -679,10 +681,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 path = []
                 if l < L:
                     path.append(spec((name, "drop"), drop(l), l - 1,
-                                     lambda wd, ad, k=l - 1: (max(cmin, up_time(k, wd)), cmin)))
+                                     lambda wd, ad, k=l - 1: (up_time(k, wd), 0.0)))
                 for s in range(max(0, l - S), l):
                     f = first(s, l)
-                    weights_only = (lambda wd, ad, f=f: (max(cmin, up_time(f, wd)), cmin))
+                    weights_only = (lambda wd, ad, f=f: (up_time(f, wd), 0.0))
                     if (s, l) not in u:
                         path.append(spec((name, s), x[s, l], f, weights_only))
                         continue
@@ -692,12 +694,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     on_host = u[s, l] - v[s, l] if (s, l) in v else u[s, l]
                     path += [spec((name, s, "device"), x[s, l] - u[s, l], f, weights_only),
                              spec((name, s, "host"), on_host, f,
-                                  lambda wd, ad, f=f, s=s: (max(cmin, up_time(f, wd) + base_up(s, ad)),
-                                                            max(cmin, base_up(s, ad))))]
+                                  lambda wd, ad, f=f, s=s: (up_time(f, wd) + base_up(s, ad), base_up(s, ad)))]
                     if (s, l) in v:
                         path.append(spec((name, s, "nvme"), v[s, l], f,
-                                         lambda wd, ad, f=f, s=s: (max(cmin, up_time(f, wd) + A[s] / h2d),
-                                                                   max(cmin, A[s] / h2d))))
+                                         lambda wd, ad, f=f, s=s: (up_time(f, wd) + A[s] / h2d, A[s] / h2d)))
                 families.append((path, True))
             z = None if l == L else x[L - 1, L] if l + 1 == L else drop(l + 1) + x[l, l + 1]
             if z is not None and gprev(l + 1) / d2h > cmin:
@@ -705,18 +705,26 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # the one-channel cuts' own rows are the window's already
             for cut in win[name]["cuts"]:
                 families.append(([spec(None, zc, None, fixed(sec)) for sec, zc in cut], False))
-            for variant in variants:
+            # each row from the compute with the layer's kept residuals (cmin), and, where the layer
+            # may keep them, from the compute without (c0) less its saving times res: valid at both
+            # values of res (max(c0, U) − δ ≤ max(c0 − δ, U)), and the tighter row where the LP keeps
+            # few residuals: the rows from cmin alone let a plan that keeps none count each case's
+            # length above the smaller compute only
+            floors = [(cmin, 0.0)]
+            if l < L and l in res and bwd_rc[l] > cmin:
+                floors.append((bwd_rc[l], (bwd_rc[l] - cmin) * res[l]))
+            for variant, (floor, saved) in itertools.product(variants, floors):
                 at = []  # (top, cases, own row, reaches)
                 for specs, own in families:
-                    cases = cases_at(specs, variant, None if own else cmin)
+                    cases = cases_at(specs, variant, floor, None if own else floor)
                     if cases:
-                        at.append((max(c[0] for c in cases), cases, own, reach(specs, variant, cmin)))
-                bounds = [cmin + over(cases, cmin) for _, cases, _, _ in at]
+                        at.append((max(c[0] for c in cases), cases, own, reach(specs, variant, floor)))
+                bounds = [floor - saved + over(cases, floor) for _, cases, _, _ in at]
                 for (top, _, own, reaches), bound in zip(at, bounds):
                     # (a shallower pair's row whose lengths do not reach past (2, 2)'s is that row:
                     # not written twice, which upset HiGHS' interior point: qwen3-32b shape, H100,
                     # 128 layers, a solve error)
-                    if own and top > cmin and (variant == variants[0] or any(c > 0 for c in reaches)):
+                    if own and top > floor and (variant == variants[0] or any(c > 0 for c in reaches)):
                         m.add_constr(t >= weakened(bound, reaches))
                 # two families at once: T ≥ max(C_P, C_Q) ≥ C_P + Σ_Q (C_q − max C_P)⁺ · z_q. A cut
                 # alone counts only its own case: an NVMe read's cut from the compute, not from the
@@ -745,7 +753,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 reaches = reach(specs, variant, 0.0)
                 if variant != variants[0] and not any(c > 0 for c in reaches):
                     continue
-                m.add_constr(t >= weakened(over(cases_at(specs, variant), 0.0), reaches))
+                m.add_constr(t >= weakened(over(cases_at(specs, variant, 0.0), 0.0), reaches))
 
     def least_weights(name):
         """The fewest weight bytes backward window ``name`` (B_l or FH) uploads in any plan: its next
@@ -766,6 +774,76 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         """What each of ``windows`` saves when its layer keeps its residuals, times that indicator."""
         return xs([(window_base[g][1] - window_base[g][0]) * window_base[g][2] for g in windows
                    if window_base[g][2] is not None and window_base[g][1] > window_base[g][0]])
+
+    if case_cuts and not hardware.host_shares_device:
+        # the backward pass by segments: in every plan each recompute and backward window belongs to
+        # exactly one chosen segment (s, e), in this order: RC_s … RC_{e-2}, B_{e-1} … B_s. Those
+        # windows last together at least τ(s, e), the least chain time of their compute, gradients
+        # down and weight uploads (each window's upload may be done in part in the window before it
+        # at weight depth 2, the first window's all outside the chain), so Σ t ≥ Σ τ(s, e) · x[s, e],
+        # less what keeping residuals saves (δ_l · res_l: the chain is at most that shorter). The
+        # per-window rows take each window's hull alone; with fractional segments they let a run of
+        # upload-bound windows count the mean of its cases (varied seed 11, 128 layers, depths
+        # (2, 2): the recompute windows 0.88 s in the LP against 1.03 s at the plan's segments, the
+        # LP 5.577 s against a 5.711 s plan; 5.696 s with this row)
+        def chain_time(loads, moves):
+            """The least total time of windows (compute or gradient seconds, upload bytes) in order;
+            with ``moves`` (weight depth 2) each upload may be done in part in the window before
+            (the first one's all before the chain): greedy, each window's idle link taken by the
+            next window's upload."""
+            total, idle = 0.0, None
+            for busy, up in loads:
+                if moves:
+                    up = 0.0 if idle is None else max(0.0, up - idle)
+                span = max(busy, up / h2d)
+                total += span
+                idle = (span - up / h2d) * h2d
+            return total
+
+        chains = {}
+        for (s, e), var in x.items():
+            loads = [(max(fwd[j], gprev(e) / d2h if j == s else 0.0), W[j + 1]) for j in range(s, e - 1)]
+            loads += [(max(bwd_rc[l], gprev(l + 1) / d2h if l + 1 < e else 0.0), W[l - 1]) for l in range(e - 1, s, -1)]
+            # B_s last: its gradients always go down (s + 1 dropped, or the segment (s, s + 1)); its
+            # upload, the top of the segment below, is counted with that segment's edge (``tops``)
+            loads.append((max(bwd_rc[s], gprev(s + 1) / d2h), 0.0))
+            chains[s, e] = (chain_time(loads, dw > 1), chain_time(loads, False))
+
+        def tops(wd):
+            """What B_s's upload of the top of the segment (s', s) ending at it (its first item's
+            weights, and its base where it lies off the device) adds to B_s beyond its compute and
+            gradients: per edge, and per edge whose base comes up from the host or from NVMe (an
+            NVMe base is staged on the host a window earlier and never moved; a host base may move
+            at activation depth 2, then counted as nothing). At weight depth 2 the weights may move
+            to the window before: counted as nothing."""
+            terms = []
+            for (s2, s), var in x.items():
+                if s == L:
+                    continue  # (FH uploads the last segment's top: a window of its own)
+                busy = max(bwd_rc[s], gprev(s + 1) / d2h)
+                w_top = W[first(s2, s)] / h2d if wd == 1 else 0.0
+                with_w = max(busy, w_top)
+                terms.append((with_w - busy) * var)
+                if (s2, s) in u:
+                    with_base = max(busy, w_top + A[s2] / h2d) - with_w
+                    if da == 1:
+                        terms.append(with_base * u[s2, s])
+                    elif (s2, s) in v:
+                        terms.append(with_base * v[s2, s])
+            return xs(terms)
+
+        lhs, fixed_s = total_time([f"RC{j}" for j in range(L - 1)] + [f"B{l}" for l in range(L)])
+        # (a resident-tail layer's weights come up at most twice in the backward pass: for its
+        # recompute and its backward item; each byte less shortens a chain by at most 1 / h2d)
+        saved = xs([(bwd_rc[l] - bwd[l]) * res[l] for l in res] + [2 * W[l] / h2d * r[l] for l in r])
+        m.add_constr(lhs >= xs(chains[edge][0] * var for edge, var in x.items()) + tops(dw) - fixed_s - saved)
+        if union:
+            # weight depth 1's chains, less y_w times the most they exceed depth 2's on any path
+            most = [0.0] + [-math.inf] * L
+            for e in range(1, L + 1):
+                most[e] = max(most[s] + chains[s, e][1] - chains[s, e][0] for s in range(max(0, e - S), e))
+            m.add_constr(lhs >= xs(chains[edge][1] * var for edge, var in x.items()) + tops(dw) - fixed_s - saved
+                         - most[L] * y_w)
 
     if not hardware.host_shares_device:
         run_terms = []  # (group, seconds with the window's weights, indicator, bases, bases without kept residuals)
@@ -2757,7 +2835,7 @@ def _scipy_milp():
 
 def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int,
                cutoff: float | None = None, *, root_lp: str = "choose") -> Solved:
-    """HiGHS' branch and cut (scipy's ``milp``) on ``m``, to ``rel_gap`` of its own incumbent;
+    """HiGHS' branch and cut (scipy's bundled HiGHS) on ``m``, to ``rel_gap`` of its own incumbent;
     ``cutoff``: only plans whose objective is at most this (a row on the objective), so INFEASIBLE
     then says that nothing at these depths reaches it.
 
@@ -2786,9 +2864,9 @@ def _highs_mip_arrays(arrays, integrality, rel_gap: float, time_limit_s: float, 
 
     ``root_lp``: HiGHS' ``mip_lp_solver`` for the root's first LP ("choose": its dual simplex;
     "ipm": the interior point method, then a crossover, so the cuts and nodes still run dual
-    simplex from a basis). scipy's ``milp`` does not pass that option on, so another choice drives
-    scipy's bundled HiGHS object directly (``_highs_object``; scipy's ``milp`` where it is
-    missing). The roots asked only for a plan ``rel_gap`` faster (``CUTOFF_ROOT_LP``) spend most of
+    simplex from a basis). Every run drives scipy's bundled HiGHS object directly
+    (``_highs_object``), with ``HIGHS_MIP_OPTIONS``, which scipy's ``milp`` does not pass on;
+    scipy's ``milp`` without presolve where that object is missing. The roots asked only for a plan ``rel_gap`` faster (``CUTOFF_ROOT_LP``) spend most of
     their time in that first LP: on the 128-layer host-only seed 13 at weight depth 2, 2.4-2.8 s
     with "ipm" against 4.1-4.8 s (the same INFEASIBLE)."""
     import numpy as np
@@ -2797,7 +2875,7 @@ def _highs_mip_arrays(arrays, integrality, rel_gap: float, time_limit_s: float, 
     if cutoff is not None and math.isfinite(cutoff):
         rows.append((cost.reshape(1, -1), np.array([-np.inf]), np.array([cutoff - const])))
     lower, upper = args["bounds"][:, 0], args["bounds"][:, 1]
-    if root_lp != "choose" and _highs_object() is not None:
+    if _highs_object() is not None:
         status, x, fun, bound = _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s,
                                               max_nodes, root_lp)
     else:
@@ -2813,6 +2891,14 @@ def _highs_mip_arrays(arrays, integrality, rel_gap: float, time_limit_s: float, 
     return Solved(status=status, objective_value=float(fun) + const, objective_bound=bound,
                   values=[float(v) for v in x])
 
+
+# HiGHS' presolve rules left out of its branch and cut: its doubleton-equation reduction (bit 9 of
+# presolve_rule_off) returned wrong optima on these models. On random 8-layer instances (varied
+# seeds 0-29, four depth pairs each: 120 models) HiGHS 1.12 as scipy 1.17 bundles it called seed
+# 2 at depths (2, 2) infeasible where CBC finds a plan of 0.5216 s, and with the segment-chain row
+# (``build``) it also ended "optimal" 2.6 % and 0.03 % above CBC's optimum on seeds 4 (2, 1) and
+# 7 (1, 2); without that one rule (or without presolve) it agrees with CBC on all three
+HIGHS_MIP_OPTIONS = {"presolve_rule_off": 1 << 9}
 
 CUTOFF_ROOT_LP = "ipm"  # the root LP method of HiGHS' roots with a cutoff (``_highs_mip_arrays``)
 
@@ -2877,7 +2963,8 @@ def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, 
     exists)."""
     import numpy as np
     hc = _highs_object()
-    options = dict(mip_rel_gap=float(rel_gap), mip_max_nodes=int(max_nodes), mip_lp_solver=root_lp)
+    options = dict(mip_rel_gap=float(rel_gap), mip_max_nodes=int(max_nodes), mip_lp_solver=root_lp,
+                   **HIGHS_MIP_OPTIONS)
     if math.isfinite(time_limit_s):
         options["time_limit"] = float(time_limit_s)
     h = _highs_model(cost, rows, lower, upper, integrality, options)
@@ -2895,11 +2982,12 @@ def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, 
 
 
 def _highs_scipy(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, max_nodes):
-    """:func:`_highs_direct` through scipy's public ``milp``."""
+    """:func:`_highs_direct` through scipy's public ``milp`` (where scipy's HiGHS object is missing),
+    whose options cannot leave out single presolve rules (``HIGHS_MIP_OPTIONS``): without presolve."""
     from scipy.optimize import Bounds, LinearConstraint
     milp = _scipy_milp()
     constraints = [LinearConstraint(a, lo, hi) for a, lo, hi in rows]
-    options = dict(mip_rel_gap=rel_gap, node_limit=int(max_nodes), disp=False)
+    options = dict(mip_rel_gap=rel_gap, node_limit=int(max_nodes), disp=False, presolve=False)
     if math.isfinite(time_limit_s):
         options["time_limit"] = float(time_limit_s)
     res = milp(cost, constraints=constraints, integrality=integrality, bounds=Bounds(lower, upper), options=options)
