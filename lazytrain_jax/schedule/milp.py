@@ -148,6 +148,13 @@ class _Model(mip.Model):
         super().__init__(*args, **kwargs)
         self.rows = []
         self._held = hold_rows
+        self.bound_rows = set()  # indices into ``rows`` of rows that only tighten the bound (see add_bound_row)
+
+    def add_bound_row(self, lin_expr):
+        """A valid inequality that every plan meets and only the LP bound needs: the neighbourhoods'
+        sub-MIPs, which look for plans, leave it out (``_highs_arrays(..., bound_rows=False)``)."""
+        self.bound_rows.add(len(self.rows))
+        self.add_constr(lin_expr)
 
     def add_constr(self, lin_expr, name="", priority=None):
         if self._held:
@@ -836,14 +843,14 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # (a resident-tail layer's weights come up at most twice in the backward pass: for its
         # recompute and its backward item; each byte less shortens a chain by at most 1 / h2d)
         saved = xs([(bwd_rc[l] - bwd[l]) * res[l] for l in res] + [2 * W[l] / h2d * r[l] for l in r])
-        m.add_constr(lhs >= xs(chains[edge][0] * var for edge, var in x.items()) + tops(dw) - fixed_s - saved)
+        m.add_bound_row(lhs >= xs(chains[edge][0] * var for edge, var in x.items()) + tops(dw) - fixed_s - saved)
         if union:
             # weight depth 1's chains, less y_w times the most they exceed depth 2's on any path
             most = [0.0] + [-math.inf] * L
             for e in range(1, L + 1):
                 most[e] = max(most[s] + chains[s, e][1] - chains[s, e][0] for s in range(max(0, e - S), e))
-            m.add_constr(lhs >= xs(chains[edge][1] * var for edge, var in x.items()) + tops(dw) - fixed_s - saved
-                         - most[L] * y_w)
+            m.add_bound_row(lhs >= xs(chains[edge][1] * var for edge, var in x.items()) + tops(dw) - fixed_s - saved
+                            - most[L] * y_w)
 
     if not hardware.host_shares_device:
         run_terms = []  # (group, seconds with the window's weights, indicator, bases, bases without kept residuals)
@@ -1246,7 +1253,7 @@ def _highs_lp(m: mip.Model) -> float | None:
     return None if arrays is None else _highs_solve(arrays)
 
 
-def _highs_arrays(m: mip.Model):
+def _highs_arrays(m: mip.Model, bound_rows: bool = True):
     """``m``'s LP as scipy ``linprog`` arrays, ``(cost, args, objective constant)`` (None without
     scipy). Reads the model: holds the interpreter, unlike :func:`_highs_solve`."""
     try:
@@ -1258,7 +1265,10 @@ def _highs_arrays(m: mip.Model):
     num_vars = m.num_cols
     parts = {"ub": ([], [], [], []), "eq": ([], [], [], [])}  # rows, cols, values, right-hand sides
     exprs = m.rows if isinstance(m, _Model) and len(m.rows) == m.num_rows else (c.expr for c in m.constrs)
-    for expr in exprs:
+    skip = m.bound_rows if isinstance(m, _Model) and not bound_rows else ()
+    for i, expr in enumerate(exprs):
+        if i in skip:
+            continue
         sign = -1.0 if expr.sense == ">" else 1.0
         rows, cols, vals, rhs = parts["eq" if expr.sense == "=" else "ub"]
         r = len(rhs)
@@ -2699,13 +2709,15 @@ def _fixed_neighbourhood(built: Built, fixings, costs, hardware, gap: float, tim
                          max_nodes: int) -> Plan | None:
     """HiGHS' branch and cut on ``built`` with each (variable, value) of ``fixings`` fixed, to
     ``gap`` of its own bound (at most ``max_nodes`` nodes): the plan found if it fits, else None.
-    The model's bounds are restored afterwards."""
+    The model's bounds are restored afterwards. Without the rows that only tighten the bound: the
+    backward pass's segment row, dense in the windows' times, made HiGHS' sub-MIP of the random
+    64-layer row's first neighbourhood take 0.54 s instead of 0.29 s, for the same plan."""
     saved = [(var, var.lb, var.ub) for var, _ in fixings]
     try:
         for var, value in fixings:
             if var.lb <= value <= var.ub:
                 var.lb = var.ub = value
-        built.solved = _highs_mip(built.model, gap, time_limit_s, max_nodes)
+        built.solved = _highs_mip(built.model, gap, time_limit_s, max_nodes, bound_rows=False)
         found = built.solved.values is not None
         plan = decode(built, costs, hardware, status="feasible", bound=None, solve_time_s=0.0) if found else None
     finally:
@@ -2713,6 +2725,16 @@ def _fixed_neighbourhood(built: Built, fixings, costs, hardware, gap: float, tim
             var.lb, var.ub = lb, ub
         built.solved = None
     return plan if plan is not None and plan.fits() else None
+
+
+# the depth indicators' values above which ``_leaning`` reads the union LP as leaning to depth 2.
+# The activation one is raised a little where the shallower activation depth's rows (each less y_a
+# times its reach) pay the LP to lift it: on the random 64-layer row of benchmarks/planner.py y_a
+# was 0.024 with the rows written from the compute without kept residuals, its first neighbourhood
+# went to (2, 2) and found a plan 1.3 % above the union LP (1.8 s in all, against 1.2 s at (2, 1)).
+# Every other instance of planner.py and planner_probes.py (varied seeds 0-39 at 64 and 128 layers,
+# the shapes at 128) had y_a below 0.01 or above 0.03.
+LEAN_Y = (0.01, 0.03)
 
 
 def _leaning(point, union_built: Built, depths=MILP_DEPTHS, tie=None) -> list:
@@ -2723,7 +2745,7 @@ def _leaning(point, union_built: Built, depths=MILP_DEPTHS, tie=None) -> list:
     of the indicators' shares (y for depth 2, 1 − y for depth 1); pairs of the same weight by
     ``tie(pair)`` (smaller first) where given, else in ``depths``' order."""
     y_w, y_a = (min(1.0, max(0.0, float(point[v.idx]))) for v in union_built.depth_indicators)
-    lean = (2 if y_w > 0.01 else 1, 2 if y_a > 0.01 else 1)
+    lean = (2 if y_w > LEAN_Y[0] else 1, 2 if y_a > LEAN_Y[1] else 1)
 
     def weight(d):
         return (y_w if d[0] == 2 else 1.0 - y_w) * (y_a if d[1] == 2 else 1.0 - y_a)
@@ -2834,7 +2856,7 @@ def _scipy_milp():
 
 
 def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int,
-               cutoff: float | None = None, *, root_lp: str = "choose") -> Solved:
+               cutoff: float | None = None, *, root_lp: str = "choose", bound_rows: bool = True) -> Solved:
     """HiGHS' branch and cut (scipy's bundled HiGHS) on ``m``, to ``rel_gap`` of its own incumbent;
     ``cutoff``: only plans whose objective is at most this (a row on the objective), so INFEASIBLE
     then says that nothing at these depths reaches it.
@@ -2845,10 +2867,11 @@ def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int
     ``rel_gap`` faster (``solve``): where none exists, HiGHS' root cuts usually show it at once
     (random host-only 128-layer instances, depths (2, 1): infeasible in 1.8 s where the run without
     the row took 8.5-9 s to find nothing better; at (2, 2), 2.7 s against 15.1 s). Asking for less
-    (half of ``rel_gap``: 20 s; the plan's own value: 9 s, as without the row) gains nothing."""
+    (half of ``rel_gap``: 20 s; the plan's own value: 9 s, as without the row) gains nothing.
+    ``bound_rows=False`` leaves out the model's rows that only tighten its bound (``_Model.add_bound_row``)."""
     with _quiet_stdout():  # HiGHS prints some of its solution repairs to fd 1
-        return _highs_mip_arrays(_highs_arrays(m), _integrality(m), rel_gap, time_limit_s, max_nodes, cutoff,
-                                 root_lp=root_lp)
+        return _highs_mip_arrays(_highs_arrays(m, bound_rows), _integrality(m), rel_gap, time_limit_s, max_nodes,
+                                 cutoff, root_lp=root_lp)
 
 
 def _integrality(m: mip.Model):

@@ -560,3 +560,35 @@ def test_offload_split_beside_the_first_step_gives_the_same_plan_whichever_ends_
         stats = {}
         results.append((milp.solve(costs, hw, rel_gap=1e-2, stats=stats).replace(solve_time_s=0.0), counts(stats)))
     assert results == [(calm.replace(solve_time_s=0.0), calm_counts)] * 2
+
+
+def test_the_segment_rows_only_tighten_the_bound():
+    """The backward pass's segment rows are bound rows (``_Model.add_bound_row``): one in a depth
+    pair's model, two in the union relaxation (depth 2's, and depth 1's less y_w times its reach).
+    Left out, as the neighbourhoods' sub-MIPs leave them out, the LP drops and HiGHS finds the
+    same optimum: they cut no plan."""
+    costs, hw = _link_bound_instance(8)
+    assert len(milp.build(costs, hw, union=True).model.bound_rows) == 2
+    built = milp.build(costs, hw)
+    assert len(built.model.bound_rows) == 1
+    lp = {rows: milp._highs_solve(milp._highs_arrays(built.model, bound_rows=rows)) for rows in (True, False)}
+    assert lp[False] < lp[True] * (1 - 1e-3)
+    optimum = {rows: milp._highs_mip(built.model, 0.0, 60.0, 10**6, bound_rows=rows).objective_value
+               for rows in (True, False)}
+    assert optimum[False] == pytest.approx(optimum[True], rel=1e-7)
+    assert lp[True] <= optimum[True]
+
+
+def test_leaning_reads_a_small_activation_indicator_as_depth_one():
+    """``_leaning`` takes the union LP's weight depth indicator above 0.01 as depth 2 and its
+    activation one above 0.03 (``LEAN_Y``); the other pairs by the weight the LP puts on them."""
+    costs, hw = _link_bound_instance(6)
+    union = milp.build(costs, hw, union=True)
+    y_w, y_a = union.depth_indicators
+    point = [0.0] * union.model.num_cols
+    for ya, first in ((0.024, (2, 1)), (0.05, (2, 2))):
+        point[y_w.idx], point[y_a.idx] = 0.66, ya
+        order = milp._leaning(point, union)
+        assert order[0] == first and sorted(order) == sorted(milp.MILP_DEPTHS)
+    point[y_w.idx], point[y_a.idx] = 0.005, 0.2
+    assert milp._leaning(point, union)[:2] == [(1, 2), (1, 1)]
