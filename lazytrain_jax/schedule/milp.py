@@ -2739,9 +2739,9 @@ LEAN_Y = (0.01, 0.03)
 
 def _leaning(point, union_built: Built, depths=MILP_DEPTHS, tie=None) -> list:
     """``depths`` in the order the union LP's solution ``point`` leans to. First the pair that
-    reads each relaxed depth indicator above 0.01 as depth 2 (a fractional indicator means the LP
-    pays for some of the deeper buffer to use its overlap; on the random 128-layer instances y_w
-    was 0.36-0.66 and depth 2 won), then the others by the weight the LP puts on them: the product
+    reads each relaxed depth indicator above its ``LEAN_Y`` as depth 2 (a fractional indicator
+    means the LP pays for some of the deeper buffer to use its overlap; on the random 128-layer
+    instances y_w was 0.36-0.66 and depth 2 won), then the others by the weight the LP puts on them: the product
     of the indicators' shares (y for depth 2, 1 − y for depth 1); pairs of the same weight by
     ``tie(pair)`` (smaller first) where given, else in ``depths``' order."""
     y_w, y_a = (min(1.0, max(0.0, float(point[v.idx]))) for v in union_built.depth_indicators)
@@ -2889,8 +2889,8 @@ def _highs_mip_arrays(arrays, integrality, rel_gap: float, time_limit_s: float, 
     "ipm": the interior point method, then a crossover, so the cuts and nodes still run dual
     simplex from a basis). Every run drives scipy's bundled HiGHS object directly
     (``_highs_object``), with ``HIGHS_MIP_OPTIONS``, which scipy's ``milp`` does not pass on;
-    scipy's ``milp`` without presolve where that object is missing. The roots asked only for a plan ``rel_gap`` faster (``CUTOFF_ROOT_LP``) spend most of
-    their time in that first LP: on the 128-layer host-only seed 13 at weight depth 2, 2.4-2.8 s
+    scipy's ``milp`` without presolve where that object is missing. The roots asked only for a
+    plan ``rel_gap`` faster (``CUTOFF_ROOT_LP``) spend most of their time in that first LP: on the 128-layer host-only seed 13 at weight depth 2, 2.4-2.8 s
     with "ipm" against 4.1-4.8 s (the same INFEASIBLE)."""
     import numpy as np
     cost, args, const = arrays
