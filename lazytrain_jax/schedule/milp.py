@@ -807,16 +807,21 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 idle = (span - up / h2d) * h2d
             return total
 
+        def busy_last(s):
+            """B_s's least length as the last window of its segment: its gradients always go down
+            (s + 1 dropped, or the segment (s, s + 1))."""
+            return max(bwd_rc[s], gprev(s + 1) / d2h)
+
         chains = {}
         for (s, e), var in x.items():
             loads = [(max(fwd[j], gprev(e) / d2h if j == s else 0.0), W[j + 1]) for j in range(s, e - 1)]
             loads += [(max(bwd_rc[l], gprev(l + 1) / d2h if l + 1 < e else 0.0), W[l - 1]) for l in range(e - 1, s, -1)]
-            # B_s last: its gradients always go down (s + 1 dropped, or the segment (s, s + 1)); its
-            # upload, the top of the segment below, is counted with that segment's edge (``tops``)
-            loads.append((max(bwd_rc[s], gprev(s + 1) / d2h), 0.0))
+            # B_s last; its upload, the top of the segment below, is counted with that segment's
+            # edge (``tops``)
+            loads.append((busy_last(s), 0.0))
             chains[s, e] = (chain_time(loads, dw > 1), chain_time(loads, False))
 
-        def tops(wd):
+        def tops():
             """What B_s's upload of the top of the segment (s', s) ending at it (its first item's
             weights, and its base where it lies off the device) adds to B_s beyond its compute and
             gradients: per edge, and per edge whose base comes up from the host or from NVMe (an
@@ -827,8 +832,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             for (s2, s), var in x.items():
                 if s == L:
                     continue  # (FH uploads the last segment's top: a window of its own)
-                busy = max(bwd_rc[s], gprev(s + 1) / d2h)
-                w_top = W[first(s2, s)] / h2d if wd == 1 else 0.0
+                busy = busy_last(s)
+                w_top = W[first(s2, s)] / h2d if dw == 1 else 0.0
                 with_w = max(busy, w_top)
                 terms.append((with_w - busy) * var)
                 if (s2, s) in u:
@@ -843,14 +848,14 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # (a resident-tail layer's weights come up at most twice in the backward pass: for its
         # recompute and its backward item; each byte less shortens a chain by at most 1 / h2d)
         saved = xs([(bwd_rc[l] - bwd[l]) * res[l] for l in res] + [2 * W[l] / h2d * r[l] for l in r])
-        m.add_bound_row(lhs >= xs(chains[edge][0] * var for edge, var in x.items()) + tops(dw) - fixed_s - saved)
+        rest = tops() - fixed_s - saved
+        m.add_bound_row(lhs >= xs(chains[edge][0] * var for edge, var in x.items()) + rest)
         if union:
             # weight depth 1's chains, less y_w times the most they exceed depth 2's on any path
             most = [0.0] + [-math.inf] * L
             for e in range(1, L + 1):
                 most[e] = max(most[s] + chains[s, e][1] - chains[s, e][0] for s in range(max(0, e - S), e))
-            m.add_bound_row(lhs >= xs(chains[edge][1] * var for edge, var in x.items()) + tops(dw) - fixed_s - saved
-                            - most[L] * y_w)
+            m.add_bound_row(lhs >= xs(chains[edge][1] * var for edge, var in x.items()) + rest - most[L] * y_w)
 
     if not hardware.host_shares_device:
         run_terms = []  # (group, seconds with the window's weights, indicator, bases, bases without kept residuals)

@@ -16,7 +16,7 @@ from lazytrain_jax.schedule import milp
 from lazytrain_jax.schedule.hardware import Hardware
 
 from tests.schedule.test_milp_exhaustive import CASES, enumerate_best, hardware_for, instance
-from tests.schedule.test_search import _heterogeneous_costs, _room_for
+from tests.schedule.test_search import _benchmark_module, _heterogeneous_costs, _room_for
 
 
 def _decisions(plan):
@@ -469,13 +469,7 @@ def test_a_process_that_plans_and_ends_exits_cleanly():
 
 def _varied_instance(monkeypatch, seed, num_layers):
     """benchmarks/planner_probes.py's instance of varied magnitudes (``varied_instance``)."""
-    import importlib.util
-    here = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
-    monkeypatch.syspath_prepend(str(here))
-    spec = importlib.util.spec_from_file_location("planner_probes", here / "planner_probes.py")
-    probes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probes)
-    return probes.varied_instance(seed, num_layers)[:2]
+    return _benchmark_module(monkeypatch, "planner_probes").varied_instance(seed, num_layers)[:2]
 
 
 @pytest.mark.parametrize("seed,depths", [(2, (2, 2)), (4, (2, 1)), (7, (1, 2))])

@@ -346,12 +346,12 @@ def test_stdout_survives_the_union_lp_thread(monkeypatch):
     assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
 
 
-def test_tier_neighbourhood_keeps_the_rest_and_restores_the_model():
+def test_tier_neighbourhood_keeps_the_rest_and_restores_the_model(monkeypatch):
     """The tier neighbourhood changes only boundary tiers among kept boundaries (path, residuals,
     tail and depths stay), never returns a worse plan or one that does not fit, and leaves the
     model as it found it (its LP value and bounds). On a random 64-layer instance with NVMe it
     improves the search's depth-(1,1) plan, which single moves had left."""
-    costs, hw = _benchmark_random_nvme_instance(64)
+    costs, hw = _benchmark_random_nvme_instance(monkeypatch, 64)
     plan = search.heuristic_plan(costs, hw, max_segment_length=8, max_resident_tail=8)
     built = milp.build(costs, hw)
     bounds = [(v.lb, v.ub) for v in built.model.vars]
@@ -369,13 +369,13 @@ def test_tier_neighbourhood_keeps_the_rest_and_restores_the_model():
     assert again is None or again.predicted_step_time_s >= better.predicted_step_time_s * (1 - 2e-4)
 
 
-def test_residual_neighbourhood_keeps_residuals_with_the_room_they_need():
+def test_residual_neighbourhood_keeps_residuals_with_the_room_they_need(monkeypatch):
     """Keeping one more residual may need several boundaries swapped between the device, the host
     and NVMe at once, which no single or pair move of the search makes. The residual neighbourhood
     keeps it and lets CBC choose every tier: on the random 32-layer NVMe instance the search's plan
     keeps no residual and each probe finds a faster plan that keeps one. Path, tail and depths stay,
     the plan fits, and the model is left as it was found."""
-    costs, hw = _benchmark_random_nvme_instance(32)
+    costs, hw = _benchmark_random_nvme_instance(monkeypatch, 32)
     plan = search.heuristic_plan(costs, hw, max_segment_length=8, max_resident_tail=8)
     built = milp.build(costs, hw)
     bounds = [(v.lb, v.ub) for v in built.model.vars]
@@ -399,7 +399,7 @@ def test_residual_neighbourhood_keeps_residuals_with_the_room_they_need():
                            and all(k for k, was in zip(one.keep_residuals, better.keep_residuals) if was))
 
 
-def test_case_cuts_raise_the_lp_and_stay_below_the_plans():
+def test_case_cuts_raise_the_lp_and_stay_below_the_plans(monkeypatch):
     """A backward or recompute window's loads depend on which segment ends at (or covers) it; the LP
     averages those cases' loads before taking the max over channels. The case cuts (one per window:
     T >= the least length of the window in each case, weighted by its indicator) take the average of
@@ -407,7 +407,7 @@ def test_case_cuts_raise_the_lp_and_stay_below_the_plans():
     by 0.4 %, and it stays below the plans of the space (the enumeration tests check them exactly on
     small instances)."""
     import dataclasses
-    costs, hw = _benchmark_random_nvme_instance(32, seed=8)
+    costs, hw = _benchmark_random_nvme_instance(monkeypatch, 32, seed=8)
     hw = dataclasses.replace(hw, nvme_memory=0.0)
     lps = {cc: milp._relaxed(milp.build(costs, hw, weight_prefetch_depth=2, case_cuts=cc), solver="clp")
            for cc in (False, True)}
@@ -503,14 +503,22 @@ def test_segment_chains_and_rows_without_kept_residuals_raise_the_lp():
     assert optimum * (1 - 0.045) <= lp <= optimum
 
 
-def _benchmark_random_nvme_instance(num_layers, seed=7):
-    """benchmarks/planner.py's random heterogeneous instance with NVMe (its (a) table)."""
+def _benchmark_module(monkeypatch, name):
+    """benchmarks/``name``.py, loaded with benchmarks/ on the import path (its modules import each
+    other) for the test's duration."""
     import importlib.util
     import pathlib
-    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "planner.py"
-    spec = importlib.util.spec_from_file_location("planner_benchmark", path)
-    planner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(planner)
+    here = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+    monkeypatch.syspath_prepend(str(here))
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", here / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _benchmark_random_nvme_instance(monkeypatch, num_layers, seed=7):
+    """benchmarks/planner.py's random heterogeneous instance with NVMe (its (a) table)."""
+    planner = _benchmark_module(monkeypatch, "planner")
     costs = planner.random_heterogeneous(num_layers, seed=seed)
     return costs, planner.random_nvme_hardware(costs)
 
