@@ -112,6 +112,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import gc
 import itertools
 import math
 import os
@@ -133,6 +134,41 @@ DEFAULT_MAX_NODES = 300
 MILP_DEPTHS = ((1, 1), (2, 1), (1, 2), (2, 2))   # (weight_prefetch_depth, act_prefetch_depth)
 
 
+_CBC_BOUND = []  # set once every function of python-mip's CBC library has been looked up (_bind_cbc)
+
+
+def _bind_cbc():
+    """Looks up every function of python-mip's CBC library once, before the first CBC model.
+
+    cffi finds a library's functions on first use, under a lock it does not let the same thread
+    take twice. A garbage collection that starts inside such a lookup and frees a python-mip model
+    runs its finaliser, whose ``Cbc_deleteModel`` is looked up under that same lock when no model
+    was freed before: the thread waits for itself for ever (a test process here hung in
+    ``Cbc_setAllowableFractionGap``'s lookup, in CBC's first in-process solve). With every
+    function looked up already, no lookup takes the lock again (220 functions, 2 ms)."""
+    if _CBC_BOUND:
+        return
+    collecting = gc.isenabled()
+    gc.disable()  # (a model made before, by other code, could be freed inside these lookups too)
+    try:
+        try:
+            from mip import cbc
+            lib = cbc.cbclib
+            names = dir(lib)
+        except Exception:  # noqa: BLE001  (no CBC here: python-mip says so when a model is made)
+            _CBC_BOUND.append(False)
+            return
+        for name in names:
+            try:
+                getattr(lib, name)
+            except (AttributeError, OSError):  # declared, not in this build of the library
+                pass
+        _CBC_BOUND.append(True)
+    finally:
+        if collecting:
+            gc.enable()
+
+
 class _Model(mip.Model):
     """A python-mip model that also keeps each constraint's expression as it is added: the LP
     relaxation reads its rows from here (reading them back from CBC costs as much as building).
@@ -145,6 +181,7 @@ class _Model(mip.Model):
     them over (random heterogeneous instance, depths (2, 1))."""
 
     def __init__(self, *args, hold_rows: bool = False, **kwargs):
+        _bind_cbc()
         super().__init__(*args, **kwargs)
         self.rows = []
         self._held = hold_rows
