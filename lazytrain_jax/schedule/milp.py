@@ -2560,9 +2560,8 @@ NEIGHBOURHOODS_FIRST_GAPS = 1.5
 # where the union phase's plan is within this many rel_gaps of the union LP (its splits joined) when
 # the neighbourhoods of the LP's halves come next, HiGHS' roots on the halves (``settle``) go first:
 # near the bound a proof is likelier than a plan rel_gap faster (varied seed 27, 128 layers, 1.48 %
-# above it: the halves' neighbourhoods took 1.3 s and found nothing before the roots proved the plan:
-# 4.96 -> 4.09 s; seed 7 at 64 layers, 1.26 %: they found a plan 0.07 % faster; the roots now prove
-# the first one, 1.86 -> 1.41 s). Further from it they found plans 0.17-0.4 % faster (seeds 5, 10, 35)
+# above it: the halves' neighbourhoods took 1.3 s and found nothing, and the roots then proved the
+# plan; seed 7 at 64 layers, 1.26 %: they found a plan 0.07 % faster, which the roots proved)
 ROOTS_FIRST_GAPS = 1.5
 DEPTH_SPLIT_EARLY = 0.05  # start_depth_split: a union LP weight depth indicator this far from 0 and 1
 RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
