@@ -1912,10 +1912,6 @@ class _Solve:
                       if self.far or neighbourhood_first else
                       (self.pair_lps, self.searches, self.first_neighbourhood, self.offload_pattern,
                        self.half_neighbourhoods)):
-            if phase == self.half_neighbourhoods and self.near_proof():
-                plan = self.settle()
-                if plan is not None:
-                    return plan
             if phase == self.searches and neighbourhood_first and not self.far:
                 # the roots on the union LP's halves before these searches, which only look for a
                 # better plan (varied seed 27, 128 layers: the roots proved the first
@@ -1930,15 +1926,6 @@ class _Solve:
         if plan is None and rel_gap > 0 and (cutoff is None or self.incumbent.predicted_step_time_s < cutoff):
             self.carried = self.incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
         return plan
-
-    def near_proof(self) -> bool:
-        """Whether the incumbent is within ``ROOTS_FIRST_GAPS`` rel_gaps of the union LP, the splits
-        started beside the first step joined (as they are after it in any case), and unproved."""
-        if self.incumbent is None or not self.neighbourhoods_open():
-            return False
-        self.join_splits()
-        value = self.incumbent.predicted_step_time_s
-        return not self.union_proves(self.incumbent) and value - self.union <= ROOTS_FIRST_GAPS * self.rel_gap * value
 
     def settle(self):
         """The union phase's plan where the union LP, its splits or HiGHS' roots on its halves
@@ -2557,12 +2544,6 @@ UNION_SEARCH_GAPS = 3.0
 # (qwen2.5-3b H200, a third of the room, 64 layers: 2.2 s against 9.2 s) and lost once
 # (qwen3-8b A100, 64 layers: 2.5 s against 1.3 s)
 NEIGHBOURHOODS_FIRST_GAPS = 1.5
-# where the union phase's plan is within this many rel_gaps of the union LP (its splits joined) when
-# the neighbourhoods of the LP's halves come next, HiGHS' roots on the halves (``settle``) go first:
-# near the bound a proof is likelier than a plan rel_gap faster (varied seed 27, 128 layers, 1.48 %
-# above it: the halves' neighbourhoods took 1.3 s and found nothing, and the roots then proved the
-# plan; seed 7 at 64 layers, 1.26 %: they found a plan 0.07 % faster, which the roots proved)
-ROOTS_FIRST_GAPS = 1.5
 DEPTH_SPLIT_EARLY = 0.05  # start_depth_split: a union LP weight depth indicator this far from 0 and 1
 RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
 

@@ -467,10 +467,6 @@ def test_a_solve_without_a_start_takes_the_union_lps_first_neighbourhood(monkeyp
     # the searches
     (10.1, False, ["pairs", "searches", "first", "pattern", "halves", "settle"]),
     (10.1, "pairs", ["pairs"]),
-    # the plan within ROOTS_FIRST_GAPS rel_gaps of the union LP (and not proved by it) when the
-    # halves' neighbourhoods come: the roots first
-    (10.12, False, ["pairs", "searches", "first", "pattern", "settle", "halves", "settle"]),
-    (10.12, True, ["pairs", "searches", "first", "pattern", "settle"]),
     # between NEIGHBOURHOODS_FIRST_GAPS and UNION_SEARCH_GAPS: the neighbourhoods, then the roots
     # (settle), and the searches only where those leave the plan unproved
     (10.2, False, ["first", "pattern", "halves", "settle", "searches", "settle"]),
@@ -481,10 +477,9 @@ def test_a_solve_without_a_start_takes_the_union_lps_first_neighbourhood(monkeyp
 def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch, start, proved_early, order):
     """The union phase's steps in the order the start's distance from the union LP (10.0 s, rel_gap
     1 %) calls for, ``settle`` (the union LP's proof, HiGHS' roots on its halves) last, and between
-    the neighbourhoods and the searches where the start is neither near nor far, and before the
-    halves' neighbourhoods where the plan is within ``ROOTS_FIRST_GAPS`` of the union LP; near it
-    the depth pairs' own LPs first (``pair_lps``); the plan a step proves is returned, an unproved
-    one carried into the depth phase."""
+    the neighbourhoods and the searches where the start is neither near nor far; near it the depth
+    pairs' own LPs first (``pair_lps``); the plan a step proves is returned, an unproved one carried
+    into the depth phase."""
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.cutoff, run.union, run.far, run.direct = 1e-2, None, 10.0, None, True
     run.union_point, run.union_built, run.depths = ["union point"], None, milp.MILP_DEPTHS
@@ -503,9 +498,8 @@ def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch,
         if proved_early == "pairs":
             run.pair_proof = proof
     monkeypatch.setattr(run, "pair_lps", pair_lps, raising=False)
-    for name in ("start_offload_split", "start_depth_split", "join_splits"):
+    for name in ("start_offload_split", "start_depth_split"):
         monkeypatch.setattr(run, name, lambda: None, raising=False)
-    monkeypatch.setattr(run, "neighbourhoods_open", lambda: True, raising=False)
 
     def settle():
         calls.append("settle")
