@@ -112,6 +112,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import gc
 import itertools
 import math
@@ -134,10 +135,8 @@ DEFAULT_MAX_NODES = 300
 MILP_DEPTHS = ((1, 1), (2, 1), (1, 2), (2, 2))   # (weight_prefetch_depth, act_prefetch_depth)
 
 
-_CBC_BOUND = []  # set once every function of python-mip's CBC library has been looked up (_bind_cbc)
-
-
-def _bind_cbc():
+@functools.cache
+def _bind_cbc() -> bool:
     """Looks up every function of python-mip's CBC library once, before the first CBC model.
 
     cffi finds a library's functions on first use, under a lock it does not let the same thread
@@ -145,9 +144,8 @@ def _bind_cbc():
     runs its finaliser, whose ``Cbc_deleteModel`` is looked up under that same lock when no model
     was freed before: the thread waits for itself for ever (a test process here hung in
     ``Cbc_setAllowableFractionGap``'s lookup, in CBC's first in-process solve). With every
-    function looked up already, no lookup takes the lock again (220 functions, 2 ms)."""
-    if _CBC_BOUND:
-        return
+    function looked up already, no lookup takes the lock again (220 functions, 2 ms). Runs once:
+    whether the library was there."""
     collecting = gc.isenabled()
     gc.disable()  # (a model made before, by other code, could be freed inside these lookups too)
     try:
@@ -156,14 +154,13 @@ def _bind_cbc():
             lib = cbc.cbclib
             names = dir(lib)
         except Exception:  # noqa: BLE001  (no CBC here: python-mip says so when a model is made)
-            _CBC_BOUND.append(False)
-            return
+            return False
         for name in names:
             try:
                 getattr(lib, name)
             except (AttributeError, OSError):  # declared, not in this build of the library
                 pass
-        _CBC_BOUND.append(True)
+        return True
     finally:
         if collecting:
             gc.enable()
@@ -1839,11 +1836,11 @@ class _Solve:
                 # the depth split, done before the neighbourhood ends, proves its 17.40 s plan; the
                 # tiers took 0.11 s more and found nothing)
                 self.join_splits()
-            if q is not None and not self.union_proves(q):
-                better = _tier_neighbourhood(built, q, self.costs, self.hardware, self.left(),
-                                             gap=RENS_GAP * self.rel_gap)
-                if better is not None and better.predicted_step_time_s < q.predicted_step_time_s:
-                    q = better
+                if not self.union_proves(q):
+                    better = _tier_neighbourhood(built, q, self.costs, self.hardware, self.left(),
+                                                 gap=RENS_GAP * self.rel_gap)
+                    if better is not None and better.predicted_step_time_s < q.predicted_step_time_s:
+                        q = better
             return q
         return self.counted(run)
 
