@@ -257,6 +257,26 @@ class Solved:
         return self.values[var.idx]
 
 
+def _scaled_sum(terms) -> mip.LinExpr:
+    """``mip.xsum(c * t for c, t in terms)`` (each t a variable, an expression or a number): the
+    same expression, each coefficient computed and summed as mip computes them, without the
+    expression mip makes for each product (``build``'s busiest sums use it)."""
+    expr, const = {}, 0.0
+    get = expr.get
+    for coeff, term in terms:
+        if isinstance(term, mip.Var):
+            expr[term] = get(term, 0) + coeff
+        elif isinstance(term, mip.LinExpr):
+            const += term.const * coeff
+            for var, c in term.expr.items():
+                expr[var] = get(var, 0) + c * coeff
+        else:
+            const += coeff * term
+    out = mip.LinExpr(const=const)
+    out.set_expr(expr)
+    return out
+
+
 def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
           weight_prefetch_depth: int = 1, act_prefetch_depth: int = 1, objective: str = "time",
           union: bool = False, residual_offload: bool = True, case_cuts: bool = True,
@@ -450,7 +470,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     window("FH", compute=costs.fwd_time[-1], up_w=top_w, up_a=top_h, up_fixed=top_n,
            read=xs(read_fh) if read_fh else 0.0)
     for j in range(L - 1):  # recompute windows (active iff drop_{j+1})
-        down = xs(gprev(e) * x[j, e] for e in range(j + 2, min(L, j + S) + 1))
+        down = _scaled_sum((gprev(e), x[j, e]) for e in range(j + 2, min(L, j + S) + 1))
         window(f"RC{j}", compute=fwd[j] * drop(j + 1), up_w=w_res(j + 1, drop(j + 1)),
                down=down if j + 2 <= min(L, j + S) else 0.0)
     for l in range(L - 1, -1, -1):  # backward windows
@@ -641,8 +661,16 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
 
         def spec(key, ind, layer, lengths):
             """A case: its key (for its p), indicator, layer (whose residency takes its weights off)
-            and lengths(wd, ad) -> (its least length, that length when the layer is resident)."""
-            return key, ind, layer, lengths
+            and lengths(wd, ad) -> (its least length, that length when the layer is resident),
+            each depth pair's computed once (the rows ask for each several times)."""
+            memo = {}
+
+            def at(wd, ad):
+                found = memo.get((wd, ad))
+                if found is None:
+                    found = memo[wd, ad] = lengths(wd, ad)
+                return found
+            return key, ind, layer, at
 
         def cases_at(specs, v, floor, above=None):
             """The cases of ``specs`` at depth pair ``v``, as (length, indicator, resident length, p),
@@ -652,7 +680,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             so the LP raises it to min(ind, r) and every integer point keeps a p that holds."""
             out = []
             for key, ind, layer, lengths in specs:
-                value, resident_value = (max(floor, c) for c in lengths(*v))
+                least, resident_least = lengths(*v)
+                value, resident_value = max(floor, least), max(floor, resident_least)
                 if above is not None and value <= above:
                     continue
                 if layer not in r or resident_value >= value:
@@ -692,10 +721,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             terms = []
             for value, ind, resident_value, p in cases:
                 if value > top:
-                    terms.append((value - top) * ind)
+                    terms.append((value - top, ind))
                     if p is not None:
-                        terms.append(-(value - top - max(resident_value - top, 0.0)) * p)
-            return xs(terms)
+                        terms.append((-(value - top - max(resident_value - top, 0.0)), p))
+            return _scaled_sum(terms)
 
         def fixed(value, resident_value=None):
             return lambda wd, ad: (value, value if resident_value is None else resident_value)
@@ -813,7 +842,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
 
     def kept_share(windows):
         """What each of ``windows`` saves when its layer keeps its residuals, times that indicator."""
-        return xs([(window_base[g][1] - window_base[g][0]) * window_base[g][2] for g in windows
+        return _scaled_sum([(window_base[g][1] - window_base[g][0], window_base[g][2]) for g in windows
                    if window_base[g][2] is not None and window_base[g][1] > window_base[g][0]])
 
     if case_cuts and not hardware.host_shares_device:
@@ -869,27 +898,27 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 busy = busy_last(s)
                 w_top = W[first(s2, s)] / h2d if dw == 1 else 0.0
                 with_w = max(busy, w_top)
-                terms.append((with_w - busy) * var)
+                terms.append((with_w - busy, var))
                 if (s2, s) in u:
                     with_base = max(busy, w_top + A[s2] / h2d) - with_w
                     if da == 1:
-                        terms.append(with_base * u[s2, s])
+                        terms.append((with_base, u[s2, s]))
                     elif (s2, s) in v:
-                        terms.append(with_base * v[s2, s])
-            return xs(terms)
+                        terms.append((with_base, v[s2, s]))
+            return _scaled_sum(terms)
 
         lhs, fixed_s = total_time([f"RC{j}" for j in range(L - 1)] + [f"B{l}" for l in range(L)])
         # (a resident-tail layer's weights come up at most twice in the backward pass: for its
         # recompute and its backward item; each byte less shortens a chain by at most 1 / h2d)
-        saved = xs([(bwd_rc[l] - bwd[l]) * res[l] for l in res] + [2 * W[l] / h2d * r[l] for l in r])
+        saved = _scaled_sum([(bwd_rc[l] - bwd[l], res[l]) for l in res] + [(2 * W[l] / h2d, r[l]) for l in r])
         rest = tops() - fixed_s - saved
-        m.add_bound_row(lhs >= xs(chains[edge][0] * var for edge, var in x.items()) + rest)
+        m.add_bound_row(lhs >= _scaled_sum((chains[edge][0], var) for edge, var in x.items()) + rest)
         if union:
             # weight depth 1's chains, less y_w times the most they exceed depth 2's on any path
             most = [0.0] + [-math.inf] * L
             for e in range(1, L + 1):
                 most[e] = max(most[s] + chains[s, e][1] - chains[s, e][0] for s in range(max(0, e - S), e))
-            m.add_bound_row(lhs >= xs(chains[edge][1] * var for edge, var in x.items()) + rest - most[L] * y_w)
+            m.add_bound_row(lhs >= _scaled_sum((chains[edge][1], var) for edge, var in x.items()) + rest - most[L] * y_w)
 
     if not hardware.host_shares_device:
         run_terms = []  # (group, seconds with the window's weights, indicator, bases, bases without kept residuals)

@@ -1,0 +1,63 @@
+"""``milp._scaled_sum``, the build's fast form of ``mip.xsum(c * t for c, t in terms)``, must give
+the very expression mip gives: the same variables, coefficients and constant to the last bit (the
+model's arrays, and so HiGHS' runs and the plans, stay the same)."""
+import random
+
+import mip
+
+from lazytrain_jax.schedule import milp
+
+
+def _mixed_terms(rng, variables):
+    terms = []
+    for _ in range(rng.randint(0, 12)):
+        kind = rng.random()
+        coeff = rng.choice([1.0, 1.0 + 1e-15, -1.0, 0.0, rng.uniform(-3, 3), 1e-12])
+        if kind < 0.5:
+            term = rng.choice(variables)
+        elif kind < 0.85:  # an expression with a constant, some variables repeated
+            picked = rng.sample(variables, rng.randint(1, 4))
+            term = mip.xsum(rng.uniform(-2, 2) * v for v in picked) + rng.uniform(-1, 1)
+            if rng.random() < 0.3:
+                term = 1 - term
+        else:
+            term = rng.uniform(-5, 5)
+        terms.append((coeff, term))
+    return terms
+
+
+def test_scaled_sum_is_mips_xsum_of_the_products_bit_for_bit():
+    rng = random.Random(0)
+    m = mip.Model(solver_name="CBC")
+    variables = [m.add_var(lb=0.0) for _ in range(6)]
+    for _ in range(300):
+        terms = _mixed_terms(rng, variables)
+        ours = milp._scaled_sum(terms)
+        theirs = mip.xsum(c * t for c, t in terms)
+        assert ours.const == theirs.const
+        assert list(ours.expr.items()) == list(theirs.expr.items())
+        assert ours.sense == theirs.sense == ""
+
+
+def test_build_with_the_fast_sums_gives_the_arrays_of_the_plain_sums(monkeypatch):
+    """The whole model: built once with ``_scaled_sum`` and once with it replaced by mip's own
+    products and xsum, the HiGHS arrays are equal (union and depth-pair models)."""
+    from lazytrain_jax.schedule.costs import synthetic_costs
+    from lazytrain_jax.schedule.hardware import Hardware
+    costs = synthetic_costs(num_layers=10, weight_bytes=[0.3e9 * (1 + (l % 3)) for l in range(10)],
+                            boundary_bytes=0.4e9, fwd_time=[0.02 + 0.01 * (l % 4) for l in range(10)],
+                            residual_bytes=0.6e9, head_bytes=0.3e9, head_time=0.03)
+    hw = Hardware(device_memory=9e9, h2d_bw=12e9, d2h_bw=10e9, nvme_read_bw=3e9, nvme_write_bw=2e9,
+                  device_flops=1e14, host_memory=12e9, nvme_memory=1e12, host_opt_rate=4e9)
+
+    def arrays(**kw):
+        cost, args, const = milp._highs_arrays(milp.build(costs, hw, max_segment_length=4, **kw).model)
+        return cost, args["A_ub"].toarray(), args["b_ub"], args["A_eq"].toarray(), args["b_eq"], args["bounds"], const
+
+    kinds = [dict(union=True), dict(weight_prefetch_depth=2, act_prefetch_depth=2), dict()]
+    fast = [arrays(**kw) for kw in kinds]
+    monkeypatch.setattr(milp, "_scaled_sum", lambda terms: mip.xsum(c * t for c, t in terms))
+    plain = [arrays(**kw) for kw in kinds]
+    for a, b in zip(fast, plain):
+        for x, y in zip(a, b):
+            assert (x == y).all() if hasattr(x, "all") else x == y
