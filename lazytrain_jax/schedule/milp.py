@@ -257,6 +257,44 @@ class Solved:
         return self.values[var.idx]
 
 
+def _relation(lhs, rhs, sense: str) -> mip.LinExpr:
+    """``lhs >= rhs`` (sense ">"), ``<=`` ("<") or ``==`` ("=") as python-mip writes it (lhs − rhs
+    with that sense; lhs a variable or an expression, rhs either or a number): the same row, each
+    coefficient computed as mip computes it, without the expressions mip copies on the way."""
+    if isinstance(lhs, mip.Var):
+        if not isinstance(rhs, (mip.Var, mip.LinExpr)):
+            out = mip.LinExpr(const=-1 * rhs, sense=sense)
+            out.set_expr({lhs: 1})
+            return out
+        expr, const = {lhs: 1}, 0.0
+    else:
+        expr, const = dict(lhs.expr), lhs.const
+    if isinstance(rhs, mip.Var):
+        expr[rhs] = expr.get(rhs, 0) + -1
+    elif isinstance(rhs, mip.LinExpr):
+        const += rhs.const * -1
+        get = expr.get
+        for var, c in rhs.expr.items():
+            expr[var] = get(var, 0) + c * -1
+    else:
+        const += -rhs
+    out = mip.LinExpr(const=const, sense=sense)
+    out.set_expr(expr)
+    return out
+
+
+def _ge(lhs, rhs) -> mip.LinExpr:
+    return _relation(lhs, rhs, ">")
+
+
+def _le(lhs, rhs) -> mip.LinExpr:
+    return _relation(lhs, rhs, "<")
+
+
+def _eq(lhs, rhs) -> mip.LinExpr:
+    return _relation(lhs, rhs, "=")
+
+
 def _scaled_sum(terms) -> mip.LinExpr:
     """``mip.xsum(c * t for c, t in terms)`` (each t a variable, an expression or a number): the
     same expression, each coefficient computed and summed as mip computes them, without the
@@ -341,10 +379,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     for (s, e), var in x.items():
         out_edges[s].append(var)
         in_edges[e].append(var)
-    m += xs(out_edges[0]) == 1
-    m += xs(in_edges[L]) == 1
+    m.add_constr(_eq(xs(out_edges[0]), 1))
+    m.add_constr(_eq(xs(in_edges[L]), 1))
     for i in range(1, L):
-        m += xs(in_edges[i]) == xs(out_edges[i])
+        m.add_constr(_eq(xs(in_edges[i]), xs(out_edges[i])))
     kept = {i: xs(out_edges[i]) for i in range(L)}
     kept[L] = 1
 
@@ -362,17 +400,17 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         if "nvme" in opts[i]:
             nv[i] = m.add_var(var_type=mip.BINARY)
             terms.append(nv[i])
-        m += xs(terms) == kept[i]
+        m.add_constr(_eq(xs(terms), kept[i]))
     u, v = {}, {}
     for (s, e), var in x.items():
         if s in host or s in nv:
             u[s, e] = m.add_var(lb=0.0)
-            m += u[s, e] >= var + xs([t[s] for t in (host, nv) if s in t]) - 1
-            m += u[s, e] <= var
+            m.add_constr(_ge(u[s, e], var + xs([t[s] for t in (host, nv) if s in t]) - 1))
+            m.add_constr(_le(u[s, e], var))
         if s in nv:
             v[s, e] = m.add_var(lb=0.0)
-            m += v[s, e] >= var + nv[s] - 1
-            m += v[s, e] <= u[s, e]
+            m.add_constr(_ge(v[s, e], var + nv[s] - 1))
+            m.add_constr(_le(v[s, e], u[s, e]))
     # exactly one edge leaves a kept boundary: the products sum to the tier indicator
     for s in set(host) | set(nv):
         m += xs(uu for (s2, _), uu in u.items() if s2 == s) == xs([t[s] for t in (host, nv) if s in t])
@@ -383,21 +421,21 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     off = {l: m.add_var(var_type=mip.BINARY) for l in res
            if residual_offload and steps.residual_offload_allowed(l, L) and R[l] <= hardware.host_memory}
     for l in off:
-        m += off[l] <= res[l]
+        m.add_constr(_le(off[l], res[l]))
     r = {l: m.add_var(var_type=mip.BINARY) for l in range(L - K, L) if W[l] <= slack}
     for l in r:
         if l + 1 in r:
-            m += r[l] <= r[l + 1]
+            m.add_constr(_le(r[l], r[l + 1]))
         elif l + 1 < L:
-            m += r[l] == 0  # a layer can only be resident if every later layer is
+            m.add_constr(_eq(r[l], 0))  # a layer can only be resident if every later layer is
 
     def w_res(l, indicator):
         """W'_l · indicator (weights not uploaded when l is resident), linear."""
         if l not in r:
             return W[l] * indicator
         p = m.add_var(lb=0.0)
-        m.add_constr(p <= indicator)
-        m.add_constr(p <= r[l])
+        m.add_constr(_le(p, indicator))
+        m.add_constr(_le(p, r[l]))
         return W[l] * indicator - W[l] * p
 
     def gprev(e):
@@ -445,9 +483,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     opt_at = [m.add_var(lb=0.0) for _ in range(L + 4)]
     for k in range(L + 4):
         if cum2[k] > cum[k]:
-            m += xs(opt_at[:k + 1]) >= cum[k] + (cum2[k] - cum[k]) * y_w
+            m.add_constr(_ge(xs(opt_at[:k + 1]), cum[k] + (cum2[k] - cum[k]) * y_w))
         elif due[k] > 0:
-            m += xs(opt_at[:k + 1]) >= cum[k]
+            m.add_constr(_ge(xs(opt_at[:k + 1]), cum[k]))
     window("P0", optim=opt_at[0])
     window("P1", up_w=costs.weight_bytes[0], optim=opt_at[1])
     window("FE", compute=costs.fwd_time[0], up_w=W[0], optim=opt_at[2])
@@ -501,9 +539,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         longer = [x[s, l + 1] for s in range(max(0, l + 1 - S), l) if (s, l + 1) in x]
         if longer:
             z = m.add_var(lb=0.0, ub=1.0)
-            m += z <= o
-            m += z <= xs(longer)
-            m += z >= o + xs(longer) - 1
+            m.add_constr(_le(z, o))
+            m.add_constr(_le(z, xs(longer)))
+            m.add_constr(_ge(z, o + xs(longer) - 1))
             win[f"RC{l - 1}"]["up_a"] = win[f"RC{l - 1}"]["up_a"] + R[l] * z
             win[above]["up_a"] = win[above]["up_a"] + R[l] * o - R[l] * z
             fetched_above = o - z
@@ -582,13 +620,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     # window can hold in that case (not the largest upload of the model: on
                     # heterogeneous layers that let the LP move a small layer's whole upload on a
                     # fraction of its indicator)
-                    m += pv <= ind * (min(cap, most_moved(name, pred, part)) / cap)
+                    m.add_constr(_le(pv, ind * (min(cap, most_moved(name, pred, part)) / cap)))
                 if union:
-                    m += pv <= (y_w if part == "up_w" else y_a)
+                    m.add_constr(_le(pv, (y_w if part == "up_w" else y_a)))
                 fracs.append(pv)
                 win[pred]["pre_in"].append(cap * pv)
             if fracs:
-                m += xs(fracs) <= load * (1.0 / cap)
+                m.add_constr(_le(xs(fracs), load * (1.0 / cap)))
                 w["pre_out"].extend(cap * pv for pv in fracs)
 
     objective_const = 0.0
@@ -614,10 +652,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         T.append(t)
         window_time[name] = t
         if hardware.host_shares_device:
-            m.add_constr(t >= const + xs(ld * (1.0 / rate) for ld, rate in variable))
+            m.add_constr(_ge(t, const + xs(ld * (1.0 / rate) for ld, rate in variable)))
             continue
         for ld, rate in variable:
-            m.add_constr(t >= ld * (1.0 / rate))
+            m.add_constr(_ge(t, ld * (1.0 / rate)))
         base = max(consts + [w["floor"]])
         res_l, c0 = w["kept"] if w["kept"] is not None else (None, w["floor"])
         base0 = max(consts + [c0])
@@ -625,13 +663,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         for cut in w["cuts"]:
             terms = [(sec - base) * z for sec, z in cut if sec > base]
             if terms:
-                m.add_constr(t >= base + xs(terms))
+                m.add_constr(_ge(t, base + xs(terms)))
             # a backward window whose compute is c0 without its layer's kept residuals (res = 0) and
             # the floor with them: the same cut from the base of each case, t >= base0 − (base0 −
             # base) · res + Σ (sec − base0)⁺ · z (valid at the four corners of (res, z))
             terms = [(sec - base0) * z for sec, z in cut if sec > base0]
             if res_l is not None and terms and base0 > base:
-                m.add_constr(t >= base0 - (base0 - base) * res_l + xs(terms))
+                m.add_constr(_ge(t, base0 - (base0 - base) * res_l + xs(terms)))
     if case_cuts and not hardware.host_shares_device:
         # case cuts (the hull of a window over the cases that decide its loads): a window's loads
         # depend on which of several mutually exclusive indicators holds (which segment ends at a
@@ -689,8 +727,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     continue
                 if key not in shares:
                     p = shares[key] = m.add_var(lb=0.0, ub=1.0)
-                    m.add_constr(p <= ind)
-                    m.add_constr(p <= r[layer])
+                    m.add_constr(_le(p, ind))
+                    m.add_constr(_le(p, r[layer]))
                 out.append((value, ind, resident_value, shares[key]))
             return out
 
@@ -795,7 +833,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     # not written twice, which upset HiGHS' interior point: qwen3-32b shape, H100,
                     # 128 layers, a solve error)
                     if own and top > floor and (variant == variants[0] or any(c > 0 for c in reaches)):
-                        m.add_constr(t >= weakened(bound, reaches))
+                        m.add_constr(_ge(t, weakened(bound, reaches)))
                 # two families at once: T ≥ max(C_P, C_Q) ≥ C_P + Σ_Q (C_q − max C_P)⁺ · z_q. A cut
                 # alone counts only its own case: an NVMe read's cut from the compute, not from the
                 # weights or gradients every case moves too (varied seed 0, 32 layers, every boundary
@@ -806,7 +844,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     for j2, (_, others, _, reaches2) in enumerate(at):
                         terms = over(others, top) if j2 != i and variant == variants[0] else None
                         if terms is not None and terms.expr:
-                            m.add_constr(t >= weakened(bounds[i] + terms, [max(a, b) for a, b in zip(reaches, reaches2)]))
+                            m.add_constr(_ge(t, weakened(bounds[i] + terms, [max(a, b) for a, b in zip(reaches, reaches2)])))
         for j in range(L - 1):
             t = window_time[f"RC{j}"]
             if isinstance(t, (int, float)):
@@ -823,7 +861,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 reaches = reach(specs, variant, 0.0)
                 if variant != variants[0] and not any(c > 0 for c in reaches):
                     continue
-                m.add_constr(t >= weakened(over(cases_at(specs, variant, 0.0), 0.0), reaches))
+                m.add_constr(_ge(t, weakened(over(cases_at(specs, variant, 0.0), 0.0), reaches)))
 
     def least_weights(name):
         """The fewest weight bytes backward window ``name`` (B_l or FH) uploads in any plan: its next
@@ -912,13 +950,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # recompute and its backward item; each byte less shortens a chain by at most 1 / h2d)
         saved = _scaled_sum([(bwd_rc[l] - bwd[l], res[l]) for l in res] + [(2 * W[l] / h2d, r[l]) for l in r])
         rest = tops() - fixed_s - saved
-        m.add_bound_row(lhs >= _scaled_sum((chains[edge][0], var) for edge, var in x.items()) + rest)
+        m.add_bound_row(_ge(lhs, _scaled_sum((chains[edge][0], var) for edge, var in x.items()) + rest))
         if union:
             # weight depth 1's chains, less y_w times the most they exceed depth 2's on any path
             most = [0.0] + [-math.inf] * L
             for e in range(1, L + 1):
                 most[e] = max(most[s] + chains[s, e][1] - chains[s, e][0] for s in range(max(0, e - S), e))
-            m.add_bound_row(lhs >= _scaled_sum((chains[edge][1], var) for edge, var in x.items()) + rest - most[L] * y_w)
+            m.add_bound_row(_ge(lhs, _scaled_sum((chains[edge][1], var) for edge, var in x.items()) + rest - most[L] * y_w))
 
     if not hardware.host_shares_device:
         run_terms = []  # (group, seconds with the window's weights, indicator, bases, bases without kept residuals)
@@ -931,7 +969,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             base0 = sum(window_base[g][1] for g in group)
             lhs, fixed = total_time(group)
             if sec > base0:
-                m.add_constr(lhs >= base0 - fixed + (sec - base0) * ind - kept_share(group))
+                m.add_constr(_ge(lhs, base0 - fixed + (sec - base0) * ind - kept_share(group)))
             # and from the least bases (every window's layer keeping its residuals; the cut above,
             # at its corner with all kept and the fetch made, gives the fetch less what keeping
             # saves), with the weights the window uploads in every case: they share the link with
@@ -939,7 +977,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             base = sum(window_base[g][0] for g in group)
             sec_w = sec + least_weights(name) / h2d
             if case_cuts and sec_w > base:
-                m.add_constr(lhs >= base - fixed + (sec_w - base) * ind)
+                m.add_constr(_ge(lhs, base - fixed + (sec_w - base) * ind))
             run_terms.append((group, sec_w, ind, base, base0))
         if case_cuts and run_terms:
             # The groups overlap (a window is the one above one fetch and the one before the
@@ -958,10 +996,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             lhs, fixed = total_time(covered)
             lean = [(sec_w - base) * ind for _, sec_w, ind, base, _ in run_terms if sec_w > base]
             if lean:
-                m.add_constr(lhs >= sum(window_base[g][0] for g in covered) - fixed + xs(lean))
+                m.add_constr(_ge(lhs, sum(window_base[g][0] for g in covered) - fixed + xs(lean)))
             lean0 = [(sec_w - base0) * ind for _, sec_w, ind, _, base0 in run_terms if sec_w > base0]
             if lean0:
-                m.add_constr(lhs >= sum(window_base[g][1] for g in covered) - fixed + xs(lean0) - kept_share(covered))
+                m.add_constr(_ge(lhs, sum(window_base[g][1] for g in covered) - fixed + xs(lean0) - kept_share(covered)))
 
     # memory, every row in units of the largest boundary/weight/residual (byte-sized coefficients
     # upset CLP's scaling: with the aggregated rows below they gave LP values above the optimum)
@@ -971,7 +1009,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     seg_ws = {(s, e): sum(a[s + 1:e]) * var + (a[s] * u[s, e] if (s, e) in u else 0)
               for (s, e), var in x.items() if e - s >= 2}
     for load in seg_ws.values():
-        m += ws >= load
+        m.add_constr(_ge(ws, load))
     # valid inequalities (they cut fractional points only; see the module docstring, "Solving"):
     # the path crosses each gap (i, i + 1) on exactly one edge, so ws is at least the sum over the
     # edges that cross it; and ws is at least the least working set of the longest segment chosen
@@ -979,36 +1017,36 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     for i in range(L):
         crossing = [load for (s, e), load in seg_ws.items() if s <= i < e]
         if len(crossing) > 1:
-            m += ws >= xs(crossing)
+            m.add_constr(_ge(ws, xs(crossing)))
     least = [0.0, 0.0] + [min(sum(a[s + 1:s + n]) for s in range(L - n + 1)) for n in range(2, S + 1)]
     longer = {n: m.add_var(var_type=mip.BINARY) for n in range(2, S + 1)}
     for (s, e), var in x.items():
         if e - s >= 2:
-            m += var <= longer[e - s]
+            m.add_constr(_le(var, longer[e - s]))
     for n in range(3, S + 1):
-        m += longer[n] <= longer[n - 1]
+        m.add_constr(_le(longer[n], longer[n - 1]))
     if longer:
-        m += ws >= xs((least[n] - least[n - 1]) * longer[n] for n in longer)
+        m.add_constr(_ge(ws, xs((least[n] - least[n - 1]) * longer[n] for n in longer)))
     device_terms = [a[i] * dev[i] for i in dev] + [R[l] / unit * res[l] for l in res] + [W[l] / unit * r[l] for l in r]
     device_terms += [-R[l] / unit * o for l, o in off.items()]
     res_max = None
     if off:  # memory.offload_working_bytes: (1 + a) · the largest residual on the host
         res_max = m.add_var(lb=0.0)
         for l, o in off.items():
-            m += res_max >= R[l] / unit * o
+            m.add_constr(_ge(res_max, R[l] / unit * o))
         if not union:
             # one binary "some residual is on the host": CBC branches on it first, and a fractional
             # offload then pays the least residual's working set in full (64 layers where the tier
             # wins: 28 s instead of 63 s); left out of the union LP, which it slowed 1.7x at 128 layers
             some = m.add_var(var_type=mip.BINARY)
             for o in off.values():
-                m += some >= o
-            m += res_max >= min(R[l] for l in off) / unit * some
+                m.add_constr(_ge(some, o))
+            m.add_constr(_ge(res_max, min(R[l] for l in off) / unit * some))
         device_terms.append((1 + (1 if union else da)) * res_max)
         if union:  # y_a · res_max, bounded below (McCormick) by res_max − (1 − y_a) · the largest
             extra = m.add_var(lb=0.0)
             r_top = max(R[l] for l in off) / unit
-            m += extra >= res_max - r_top + r_top * y_a
+            m.add_constr(_ge(extra, res_max - r_top + r_top * y_a))
             device_terms.append(extra)
     if union:
         deeper = {d: sum(memory.constant_bytes(costs, hardware, weight_prefetch_depth=d[0],
@@ -1019,17 +1057,17 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     if host or off:
         any_nv = m.add_var(var_type=mip.BINARY) if nv else None
         for i in nv:
-            m += any_nv >= nv[i]
+            m.add_constr(_ge(any_nv, nv[i]))
         host_terms = [(a[i], host[i]) for i in host] + ([(2 * max(a), any_nv)] if nv else []) + host_res
-        m += xs(c * z for c, z in host_terms) <= hardware.host_memory / unit
+        m.add_constr(_le(xs(c * z for c, z in host_terms), hardware.host_memory / unit))
         _rounded_knapsack(m, host_terms, hardware.host_memory / unit)
     if nv:
-        m += xs(a[i] * nv[i] for i in nv) <= hardware.nvme_memory / unit
+        m.add_constr(_le(xs(a[i] * nv[i] for i in nv), hardware.nvme_memory / unit))
         _rounded_knapsack(m, [(a[i], nv[i]) for i in nv], hardware.nvme_memory / unit)
     if objective == "memory":
         m.objective = mip.minimize(peak * unit)
     else:
-        m += peak <= budget / unit
+        m.add_constr(_le(peak, budget / unit))
         m.objective = mip.minimize(xs(T) + objective_const)
     return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, off=off, r=r,
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L,

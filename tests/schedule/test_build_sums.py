@@ -1,6 +1,7 @@
-"""``milp._scaled_sum``, the build's fast form of ``mip.xsum(c * t for c, t in terms)``, must give
-the very expression mip gives: the same variables, coefficients and constant to the last bit (the
-model's arrays, and so HiGHS' runs and the plans, stay the same)."""
+"""The build's fast forms of python-mip's arithmetic (``milp._scaled_sum`` for ``mip.xsum(c * t for
+c, t in terms)``, ``milp._ge``/``_le``/``_eq`` for ``lhs >= rhs`` and the others) must give the very
+expression mip gives: the same variables in the same order, coefficients and constant to the last
+bit, the same sense (the model's arrays, and so HiGHS' runs and the plans, stay the same)."""
 import random
 
 import mip
@@ -39,9 +40,34 @@ def test_scaled_sum_is_mips_xsum_of_the_products_bit_for_bit():
         assert ours.sense == theirs.sense == ""
 
 
+def test_relations_are_mips_rows_bit_for_bit():
+    rng = random.Random(1)
+    m = mip.Model(solver_name="CBC")
+    variables = [m.add_var(lb=0.0) for _ in range(6)]
+
+    def side(numbers=True):
+        kind = rng.random()
+        if kind < 0.4:
+            return rng.choice(variables)
+        if kind < 0.8 or not numbers:
+            picked = rng.sample(variables, rng.randint(1, 4))
+            return mip.xsum(rng.uniform(-2, 2) * v for v in picked) + rng.choice([0.0, -1, rng.uniform(-1, 1)])
+        return rng.choice([0, 0.0, -0.0, 1, rng.uniform(-5, 5)])
+
+    for _ in range(500):
+        lhs, rhs = side(numbers=False), side()
+        if lhs is rhs:
+            continue  # (mip writes x >= x as -x: never in the model)
+        for ours, theirs in ((milp._ge(lhs, rhs), lhs >= rhs), (milp._le(lhs, rhs), lhs <= rhs),
+                             (milp._eq(lhs, rhs), lhs == rhs)):
+            assert ours.sense == theirs.sense
+            assert repr(ours.const) == repr(theirs.const) and type(ours.const) is type(theirs.const)
+            assert list(ours.expr.items()) == list(theirs.expr.items())
+
+
 def test_build_with_the_fast_sums_gives_the_arrays_of_the_plain_sums(monkeypatch):
-    """The whole model: built once with ``_scaled_sum`` and once with it replaced by mip's own
-    products and xsum, the HiGHS arrays are equal (union and depth-pair models)."""
+    """The whole model: built once with the fast forms and once with them replaced by mip's own
+    arithmetic, the HiGHS arrays are equal (union and depth-pair models)."""
     from lazytrain_jax.schedule.costs import synthetic_costs
     from lazytrain_jax.schedule.hardware import Hardware
     costs = synthetic_costs(num_layers=10, weight_bytes=[0.3e9 * (1 + (l % 3)) for l in range(10)],
@@ -52,12 +78,17 @@ def test_build_with_the_fast_sums_gives_the_arrays_of_the_plain_sums(monkeypatch
 
     def arrays(**kw):
         cost, args, const = milp._highs_arrays(milp.build(costs, hw, max_segment_length=4, **kw).model)
-        return cost, args["A_ub"].toarray(), args["b_ub"], args["A_eq"].toarray(), args["b_eq"], args["bounds"], const
+        ub, eq = args["A_ub"], args["A_eq"]  # as HiGHS' rows are read: each row's entries in the model's order
+        return (cost, ub.indptr, ub.indices, ub.data, args["b_ub"], eq.indptr, eq.indices, eq.data, args["b_eq"],
+                args["bounds"], const)
 
     kinds = [dict(union=True), dict(weight_prefetch_depth=2, act_prefetch_depth=2), dict()]
     fast = [arrays(**kw) for kw in kinds]
     monkeypatch.setattr(milp, "_scaled_sum", lambda terms: mip.xsum(c * t for c, t in terms))
+    monkeypatch.setattr(milp, "_ge", lambda a, b: a >= b)
+    monkeypatch.setattr(milp, "_le", lambda a, b: a <= b)
+    monkeypatch.setattr(milp, "_eq", lambda a, b: a == b)
     plain = [arrays(**kw) for kw in kinds]
     for a, b in zip(fast, plain):
         for x, y in zip(a, b):
-            assert (x == y).all() if hasattr(x, "all") else x == y
+            assert (x.shape == y.shape and (x == y).all()) if hasattr(x, "all") else x == y
