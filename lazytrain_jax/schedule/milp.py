@@ -183,6 +183,7 @@ class _Model(mip.Model):
         self.rows = []
         self._held = hold_rows
         self.bound_rows = set()  # indices into ``rows`` of rows that only tighten the bound (see add_bound_row)
+        self.arrays_kept = {}    # bound_rows -> (key, matrices, cost, constant): _highs_arrays' rows, read once
 
     def add_bound_row(self, lin_expr):
         """A valid inequality that every plan meets and only the LP bound needs: the neighbourhoods'
@@ -1369,30 +1370,44 @@ def _highs_arrays(m: mip.Model, bound_rows: bool = True):
     except ImportError:
         return None
     num_vars = m.num_cols
-    parts = {"ub": ([], [], [], []), "eq": ([], [], [], [])}  # rows, cols, values, right-hand sides
-    exprs = m.rows if isinstance(m, _Model) and len(m.rows) == m.num_rows else (c.expr for c in m.constrs)
-    skip = m.bound_rows if isinstance(m, _Model) and not bound_rows else ()
-    for i, expr in enumerate(exprs):
-        if i in skip:
-            continue
-        sign = -1.0 if expr.sense == ">" else 1.0
-        rows, cols, vals, rhs = parts["eq" if expr.sense == "=" else "ub"]
-        r = len(rhs)
-        rhs.append(-sign * expr.const)
-        for var, coef in expr.expr.items():
-            rows.append(r)
-            cols.append(var.idx)
-            vals.append(sign * coef)
-    mats = {k: (scipy.sparse.csr_matrix((v[2], (v[0], v[1])), shape=(len(v[3]), num_vars)), np.asarray(v[3]))
-            if v[3] else (None, None) for k, v in parts.items()}
-    cost = np.zeros(num_vars)
-    for var, coef in m.objective.expr.items():
-        cost[var.idx] = coef
+    held = isinstance(m, _Model) and len(m.rows) == m.num_rows
+    # a _Model's rows and objective are read once per kind (with or without its bound rows) and
+    # kept while its rows stay the same ones; only the bounds (which the neighbourhoods fix and
+    # restore) are read each time. Nobody changes the arrays in place (the splits copy them)
+    key = (bound_rows, num_vars, len(m.rows), id(m.rows[-1]) if m.rows else None) if held else None
+    kept = m.arrays_kept.get(bound_rows) if held else None
+    if kept is not None and kept[0] == key:
+        mats, cost, const = kept[1:]
+    else:
+        parts = {"ub": ([], [], [], []), "eq": ([], [], [], [])}  # rows, cols, values, right-hand sides
+        exprs = m.rows if held else (c.expr for c in m.constrs)
+        skip = m.bound_rows if isinstance(m, _Model) and not bound_rows else ()
+        for i, expr in enumerate(exprs):
+            if i in skip:
+                continue
+            sign = -1.0 if expr.sense == ">" else 1.0
+            rows, cols, vals, rhs = parts["eq" if expr.sense == "=" else "ub"]
+            r = len(rhs)
+            rhs.append(-sign * expr.const)
+            for var, coef in expr.expr.items():
+                rows.append(r)
+                cols.append(var.idx)
+                vals.append(sign * coef)
+        mats = {k: (scipy.sparse.csr_matrix((v[2], (v[0], v[1])), shape=(len(v[3]), num_vars)), np.asarray(v[3]))
+                if v[3] else (None, None) for k, v in parts.items()}
+        objective = m.objective
+        cost = np.zeros(num_vars)
+        for var, coef in objective.expr.items():
+            cost[var.idx] = coef
+        const = float(objective.const)
+        if held:
+            m.arrays_kept[bound_rows] = (key, mats, cost, const)
     lb = np.array([v.lb for v in m.vars], dtype=float)
-    ub = np.array([v.ub if v.ub < 1e30 else np.inf for v in m.vars], dtype=float)
+    ub = np.array([v.ub for v in m.vars], dtype=float)
+    ub[ub >= 1e30] = np.inf
     args = dict(A_ub=mats["ub"][0], b_ub=mats["ub"][1], A_eq=mats["eq"][0], b_eq=mats["eq"][1],
                 bounds=np.stack([lb, ub], axis=1), method="highs-ipm")
-    return cost, args, float(m.objective.const)
+    return cost, args, const
 
 
 def _highs_solve(arrays, point: list | None = None, basis: list | None = None) -> float | None:

@@ -92,3 +92,48 @@ def test_build_with_the_fast_sums_gives_the_arrays_of_the_plain_sums(monkeypatch
     for a, b in zip(fast, plain):
         for x, y in zip(a, b):
             assert (x.shape == y.shape and (x == y).all()) if hasattr(x, "all") else x == y
+
+
+def test_highs_arrays_keep_the_rows_and_read_the_bounds_each_time():
+    """``_highs_arrays`` reads a model's rows once (per kind: with or without its bound rows) and its
+    variables' bounds on every call: a bound fixed between two calls shows in the second, and a row
+    added (the offload split's CLP path) or left out is read again; each call's arrays equal those
+    of a model built afresh with the same bounds."""
+    from lazytrain_jax.schedule.costs import synthetic_costs
+    from lazytrain_jax.schedule.hardware import Hardware
+    costs = synthetic_costs(num_layers=8, weight_bytes=0.4e9, boundary_bytes=0.5e9, fwd_time=0.03,
+                            residual_bytes=0.5e9, head_bytes=0.3e9, head_time=0.03)
+    hw = Hardware(device_memory=8e9, h2d_bw=12e9, d2h_bw=10e9, device_flops=1e14, host_memory=12e9,
+                  host_opt_rate=4e9)
+    built = milp.build(costs, hw, max_segment_length=4)
+    m = built.model
+
+    def same(a, b):
+        (ca, aa, ka), (cb, ab, kb) = a, b
+        assert ka == kb and (ca == cb).all() and (aa["bounds"] == ab["bounds"]).all()
+        for k in ("A_ub", "A_eq"):
+            assert (aa[k] != ab[k]).nnz == 0 and aa[k].shape == ab[k].shape
+        for k in ("b_ub", "b_eq"):
+            assert (aa[k] == ab[k]).all()
+
+    first = milp._highs_arrays(m)
+    var = next(iter(built.x.values()))
+    var.lb = var.ub = 1.0
+    fixed = milp._highs_arrays(m)
+    assert fixed[1]["A_ub"] is first[1]["A_ub"]          # the rows kept
+    assert fixed[1]["bounds"][var.idx].tolist() == [1.0, 1.0] != first[1]["bounds"][var.idx].tolist()
+    fresh = milp.build(costs, hw, max_segment_length=4)
+    twin = list(fresh.x.values())[0]
+    twin.lb = twin.ub = 1.0
+    same(fixed, milp._highs_arrays(fresh.model))
+    assert m.bound_rows
+    without = milp._highs_arrays(m, bound_rows=False)
+    assert without[1]["A_ub"].shape[0] == first[1]["A_ub"].shape[0] - len(m.bound_rows)
+    assert milp._highs_arrays(m)[1]["A_ub"] is first[1]["A_ub"]   # each kind kept apart
+    m.hand_over()
+    row = m.add_constr(mip.xsum(built.x.values()) >= 1)
+    added = milp._highs_arrays(m)
+    assert added[1]["A_ub"].shape[0] == first[1]["A_ub"].shape[0] + 1
+    m.remove(row)
+    m.rows.pop()
+    same(milp._highs_arrays(m), fixed)
