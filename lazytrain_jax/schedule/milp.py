@@ -183,7 +183,7 @@ class _Model(mip.Model):
         self.rows = []
         self._held = hold_rows
         self.bound_rows = set()  # indices into ``rows`` of rows that only tighten the bound (see add_bound_row)
-        self.arrays_kept = {}    # bound_rows -> (key, matrices, cost, constant): _highs_arrays' rows, read once
+        self.arrays_kept = {}    # bound_rows -> (key, last row, matrices, cost, constant): _highs_arrays' rows, read once
 
     def add_bound_row(self, lin_expr):
         """A valid inequality that every plan meets and only the LP bound needs: the neighbourhoods'
@@ -261,7 +261,8 @@ class Solved:
 def _relation(lhs, rhs, sense: str) -> mip.LinExpr:
     """``lhs >= rhs`` (sense ">"), ``<=`` ("<") or ``==`` ("=") as python-mip writes it (lhs − rhs
     with that sense; lhs a variable or an expression, rhs either or a number): the same row, each
-    coefficient computed as mip computes it, without the expressions mip copies on the way."""
+    coefficient computed as mip computes it, without the expressions mip copies on the way. (Not
+    for one variable on both sides, which mip writes as its last term alone: no row of the model.)"""
     if isinstance(lhs, mip.Var):
         if not isinstance(rhs, (mip.Var, mip.LinExpr)):
             out = mip.LinExpr(const=-1 * rhs, sense=sense)
@@ -414,9 +415,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             m.add_constr(_le(v[s, e], u[s, e]))
     # exactly one edge leaves a kept boundary: the products sum to the tier indicator
     for s in set(host) | set(nv):
-        m += xs(uu for (s2, _), uu in u.items() if s2 == s) == xs([t[s] for t in (host, nv) if s in t])
+        m.add_constr(_eq(xs(uu for (s2, _), uu in u.items() if s2 == s), xs([t[s] for t in (host, nv) if s in t])))
     for s in nv:
-        m += xs(vv for (s2, _), vv in v.items() if s2 == s) == nv[s]
+        m.add_constr(_eq(xs(vv for (s2, _), vv in v.items() if s2 == s), nv[s]))
     res = {l: m.add_var(var_type=mip.BINARY) for l in range(L) if R[l] <= slack and bwd_rc[l] > bwd[l]}
     # off_l: layer l's kept residuals live on the host (down after F_l, fetched back before B_l)
     off = {l: m.add_var(var_type=mip.BINARY) for l in res
@@ -1372,12 +1373,14 @@ def _highs_arrays(m: mip.Model, bound_rows: bool = True):
     num_vars = m.num_cols
     held = isinstance(m, _Model) and len(m.rows) == m.num_rows
     # a _Model's rows and objective are read once per kind (with or without its bound rows) and
-    # kept while its rows stay the same ones; only the bounds (which the neighbourhoods fix and
-    # restore) are read each time. Nobody changes the arrays in place (the splits copy them)
-    key = (bound_rows, num_vars, len(m.rows), id(m.rows[-1]) if m.rows else None) if held else None
+    # kept while its rows stay the same ones (as many, the last the same object, held here so that
+    # no other row takes its id); only the bounds (which the neighbourhoods fix and restore) are
+    # read each time. Nobody changes the arrays in place (the splits copy them)
+    key = (bound_rows, num_vars, len(m.rows)) if held else None
+    last = m.rows[-1] if held and m.rows else None
     kept = m.arrays_kept.get(bound_rows) if held else None
-    if kept is not None and kept[0] == key:
-        mats, cost, const = kept[1:]
+    if kept is not None and kept[0] == key and kept[1] is last:
+        mats, cost, const = kept[2:]
     else:
         parts = {"ub": ([], [], [], []), "eq": ([], [], [], [])}  # rows, cols, values, right-hand sides
         exprs = m.rows if held else (c.expr for c in m.constrs)
@@ -1401,7 +1404,7 @@ def _highs_arrays(m: mip.Model, bound_rows: bool = True):
             cost[var.idx] = coef
         const = float(objective.const)
         if held:
-            m.arrays_kept[bound_rows] = (key, mats, cost, const)
+            m.arrays_kept[bound_rows] = (key, last, mats, cost, const)
     lb = np.array([v.lb for v in m.vars], dtype=float)
     ub = np.array([v.ub for v in m.vars], dtype=float)
     ub[ub >= 1e30] = np.inf

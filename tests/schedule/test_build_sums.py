@@ -136,4 +136,9 @@ def test_highs_arrays_keep_the_rows_and_read_the_bounds_each_time():
     assert added[1]["A_ub"].shape[0] == first[1]["A_ub"].shape[0] + 1
     m.remove(row)
     m.rows.pop()
+    other = m.add_constr(mip.xsum(built.x.values()) >= 2)   # as many rows as ``added``, another last row
+    changed = milp._highs_arrays(m)
+    assert changed[1]["b_ub"][-1] == -2.0 and added[1]["b_ub"][-1] == -1.0
+    m.remove(other)
+    m.rows.pop()
     same(milp._highs_arrays(m), fixed)
