@@ -624,7 +624,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     # fraction of its indicator)
                     m.add_constr(_le(pv, ind * (min(cap, most_moved(name, pred, part)) / cap)))
                 if union:
-                    m.add_constr(_le(pv, (y_w if part == "up_w" else y_a)))
+                    m.add_constr(_le(pv, y_w if part == "up_w" else y_a))
                 fracs.append(pv)
                 win[pred]["pre_in"].append(cap * pv)
             if fracs:
