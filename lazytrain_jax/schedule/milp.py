@@ -183,7 +183,7 @@ class _Model(mip.Model):
         self.rows = []
         self._held = hold_rows
         self.bound_rows = set()  # indices into ``rows`` of rows that only tighten the bound (see add_bound_row)
-        self.arrays_kept = {}    # bound_rows -> (key, last row, matrices, cost, constant): _highs_arrays' rows, read once
+        self.arrays_kept = {}    # bound_rows -> ((columns, rows), last row, matrices, cost, constant): _highs_arrays' reads
 
     def add_bound_row(self, lin_expr):
         """A valid inequality that every plan meets and only the LP bound needs: the neighbourhoods'
@@ -883,7 +883,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     def kept_share(windows):
         """What each of ``windows`` saves when its layer keeps its residuals, times that indicator."""
         return _scaled_sum([(window_base[g][1] - window_base[g][0], window_base[g][2]) for g in windows
-                   if window_base[g][2] is not None and window_base[g][1] > window_base[g][0]])
+                            if window_base[g][2] is not None and window_base[g][1] > window_base[g][0]])
 
     if case_cuts and not hardware.host_shares_device:
         # the backward pass by segments: in every plan each recompute and backward window belongs to
@@ -1376,7 +1376,7 @@ def _highs_arrays(m: mip.Model, bound_rows: bool = True):
     # kept while its rows stay the same ones (as many, the last the same object, held here so that
     # no other row takes its id); only the bounds (which the neighbourhoods fix and restore) are
     # read each time. Nobody changes the arrays in place (the splits copy them)
-    key = (bound_rows, num_vars, len(m.rows)) if held else None
+    key = (num_vars, len(m.rows)) if held else None
     last = m.rows[-1] if held and m.rows else None
     kept = m.arrays_kept.get(bound_rows) if held else None
     if kept is not None and kept[0] == key and kept[1] is last:
