@@ -431,14 +431,29 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         elif l + 1 < L:
             m.add_constr(_eq(r[l], 0))  # a layer can only be resident if every later layer is
 
-    def w_res(l, indicator):
-        """W'_l · indicator (weights not uploaded when l is resident), linear."""
+    # (layer l, group) -> the shares p of uploads of a resident-tail layer's weights of which at most
+    # one is made in any plan, so that their shares sum to at most r_l: "own", decided by boundary
+    # l (dropped: in RC_{l-1}; kept: at the top of the segment (l, e), in B_e) and "above", decided
+    # by boundary l + 1 (dropped: in B_{l+1}; kept by the edge (l, l + 1): at that segment's top).
+    # Each share alone is only below its indicator and r_l: the LP counted a layer a twentieth
+    # resident as resident in every fractional case at once (varied seed 35, 128 layers, depths
+    # (2, 1): 0.165 of each tail layer resident, the LP 30.950 s; 31.240 s with none resident)
+    upload_shares = {}
+
+    def w_res(l, indicator, groups):
+        """W'_l · indicator (weights not uploaded when l is resident), linear; its share in
+        ``groups`` of upload_shares."""
         if l not in r:
             return W[l] * indicator
         p = m.add_var(lb=0.0)
         m.add_constr(_le(p, indicator))
         m.add_constr(_le(p, r[l]))
+        for group in groups:
+            upload_shares.setdefault((l, group), []).append(p)
         return W[l] * indicator - W[l] * p
+
+    def top_groups(s, e):
+        return ("own", "above") if e == s + 1 else ("own",)
 
     def gprev(e):
         return costs.link_grad_bytes[-1] if e == L else G[e]
@@ -450,7 +465,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         """Uploads for the first item of the segment ending at e: (weights, host base, NVMe base)."""
         wts, hb, nb = [], [], []
         for s in range(max(0, e - S), e):
-            wts.append(w_res(first(s, e), x[s, e]))
+            wts.append(w_res(first(s, e), x[s, e], top_groups(s, e)))
             if (s, e) in u:
                 hb.append(A[s] * u[s, e])
                 if (s, e) in v:
@@ -511,13 +526,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
            read=xs(read_fh) if read_fh else 0.0)
     for j in range(L - 1):  # recompute windows (active iff drop_{j+1})
         down = _scaled_sum((gprev(e), x[j, e]) for e in range(j + 2, min(L, j + S) + 1))
-        window(f"RC{j}", compute=fwd[j] * drop(j + 1), up_w=w_res(j + 1, drop(j + 1)),
+        window(f"RC{j}", compute=fwd[j] * drop(j + 1), up_w=w_res(j + 1, drop(j + 1), ("own",)),
                down=down if j + 2 <= min(L, j + S) else 0.0)
     for l in range(L - 1, -1, -1):  # backward windows
         compute = bwd_rc[l] - (bwd_rc[l] - bwd[l]) * res[l] if l in res else bwd_rc[l]
         if l >= 1:
             top_w, top_h, top_n = segment_top(l)
-            up_w, up_a, up_fixed = w_res(l - 1, drop(l)) + top_w, top_h, top_n
+            up_w, up_a, up_fixed = w_res(l - 1, drop(l), ("above",)) + top_w, top_h, top_n
         else:
             up_w = up_a = up_fixed = 0.0
         down = gprev(L) * x[L - 1, L] if l + 1 == L else gprev(l + 1) * (drop(l + 1) + x[l, l + 1])
@@ -528,6 +543,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                read=xs(read_terms) if read_terms else 0.0, cuts=cuts, floor=bwd[l] if l in res else bwd_rc[l],
                kept=(res[l], bwd_rc[l]) if l in res else None)
     window("BE", compute=costs.bwd_time[0], down=G[0] + costs.grad_bytes[0])
+    for (l, _), ps in upload_shares.items():
+        if len(ps) > 1:
+            m.add_constr(_le(xs(ps), r[l]))
 
     # residuals on the host: D2H in the window after the layer's forward; the fetch is due in the
     # window before its backward, which is RC_{l-1} when a recompute segment ends at l + 1 (that
@@ -692,6 +710,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # went to (1, 1) and found nothing within 1 %
         variants = [(2, 2), (1, 2), (2, 1), (1, 1)] if union else [(dw, da)]
         shares = {}  # a resident case's p, one per case (shared by the variants)
+        groups_of = {}  # a case's key -> its upload's groups (as upload_shares; spec)
+        case_shares = {}  # (layer, group) -> the cases' shares (as upload_shares)
 
         def up_time(layer, wd):
             return 0.0 if wd > 1 else W[layer] / h2d
@@ -699,10 +719,12 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         def base_up(s, ad):
             return A[s] / h2d if ad == 1 else 0.0
 
-        def spec(key, ind, layer, lengths):
+        def spec(key, ind, layer, lengths, groups=()):
             """A case: its key (for its p), indicator, layer (whose residency takes its weights off)
             and lengths(wd, ad) -> (its least length, that length when the layer is resident),
-            each depth pair's computed once (the rows ask for each several times)."""
+            each depth pair's computed once (the rows ask for each several times). ``groups``:
+            its upload's (as upload_shares)."""
+            groups_of[key] = groups
             memo = {}
 
             def at(wd, ad):
@@ -731,6 +753,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     p = shares[key] = m.add_var(lb=0.0, ub=1.0)
                     m.add_constr(_le(p, ind))
                     m.add_constr(_le(p, r[layer]))
+                    for group in groups_of[key]:
+                        case_shares.setdefault((layer, group), []).append(p)
                 out.append((value, ind, resident_value, shares[key]))
             return out
 
@@ -769,6 +793,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         def fixed(value, resident_value=None):
             return lambda wd, ad: (value, value if resident_value is None else resident_value)
 
+
         for l in list(range(L)) + [L]:  # the backward windows, then FH (the head's forward: l = L)
             name = f"B{l}" if l < L else "FH"
             t = window_time[name]
@@ -791,23 +816,24 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 path = []
                 if l < L:
                     path.append(spec((name, "drop"), drop(l), l - 1,
-                                     lambda wd, ad, k=l - 1: (up_time(k, wd), 0.0)))
+                                     lambda wd, ad, k=l - 1: (up_time(k, wd), 0.0), ("above",)))
                 for s in range(max(0, l - S), l):
                     f = first(s, l)
                     weights_only = (lambda wd, ad, f=f: (up_time(f, wd), 0.0))
+                    groups = top_groups(s, l)
                     if (s, l) not in u:
-                        path.append(spec((name, s), x[s, l], f, weights_only))
+                        path.append(spec((name, s), x[s, l], f, weights_only, groups))
                         continue
                     # the segment's base comes up with its weights (same link): from the host (at
                     # activation depth 1 nothing of it moves to the window before) or, read from
                     # NVMe a window earlier, from the host's staging (never moved)
                     on_host = u[s, l] - v[s, l] if (s, l) in v else u[s, l]
-                    path += [spec((name, s, "device"), x[s, l] - u[s, l], f, weights_only),
+                    path += [spec((name, s, "device"), x[s, l] - u[s, l], f, weights_only, groups),
                              spec((name, s, "host"), on_host, f,
-                                  lambda wd, ad, f=f, s=s: (up_time(f, wd) + base_up(s, ad), base_up(s, ad)))]
+                                  lambda wd, ad, f=f, s=s: (up_time(f, wd) + base_up(s, ad), base_up(s, ad)), groups)]
                     if (s, l) in v:
                         path.append(spec((name, s, "nvme"), v[s, l], f,
-                                         lambda wd, ad, f=f, s=s: (up_time(f, wd) + A[s] / h2d, A[s] / h2d)))
+                                         lambda wd, ad, f=f, s=s: (up_time(f, wd) + A[s] / h2d, A[s] / h2d), groups))
                 families.append((path, True))
             z = None if l == L else x[L - 1, L] if l + 1 == L else drop(l + 1) + x[l, l + 1]
             if z is not None and gprev(l + 1) / d2h > cmin:
@@ -858,12 +884,18 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 if s <= j and e >= j + 2:
                     down = gprev(e) / d2h if s == j else 0.0
                     specs.append(spec((f"RC{j}", s, e), var, j + 1,
-                                      lambda wd, ad, down=down: (max(fwd[j], up_time(j + 1, wd), down), max(fwd[j], down))))
+                                      lambda wd, ad, down=down: (max(fwd[j], up_time(j + 1, wd), down), max(fwd[j], down)),
+                                      ("own",)))
             for variant in (variants if not union else [(2, 2), (1, 2)]) if specs else ():  # (no activation depth here)
                 reaches = reach(specs, variant, 0.0)
                 if variant != variants[0] and not any(c > 0 for c in reaches):
                     continue
                 m.add_constr(_ge(t, weakened(over(cases_at(specs, variant, 0.0), 0.0), reaches)))
+        # the cases' shares by upload, as the windows' own (upload_shares); a recompute window has
+        # up to S (S - 1) / 2 covering edges, each a case of its layer
+        for (layer, _), ps in case_shares.items():
+            if len(ps) > 1:
+                m.add_constr(_le(xs(ps), r[layer]))
 
     def least_weights(name):
         """The fewest weight bytes backward window ``name`` (B_l or FH) uploads in any plan: its next
@@ -2691,6 +2723,7 @@ RENS_GAP = 0.5        # _rens stops at this fraction of rel_gap from its own bou
 # 60 in 6.2 s, 9.405 s after 300 in 27.6 s; the tier neighbourhood then proves each within 1 %)
 RENS_MAX_NODES = 30
 RENS_TOLERANCE = 1e-4  # an LP value this close to 0 or 1 counts as integral (fixed by _rens)
+RENS_FREED = ("host", "nv")  # the decisions _rens leaves free where fixing them all is infeasible
 
 
 def _rens(built: Built, union_built: Built, point, costs, hardware, rel_gap: float, time_limit_s: float,
@@ -2705,18 +2738,29 @@ def _rens(built: Built, union_built: Built, point, costs, hardware, rel_gap: flo
     the LP's solution is integral in all but 100-150 of 1,500 binaries at 128 layers; the rest,
     solved exactly at the pair the LP leans to, gave plans within 0.9-1.0 % of the union LP (seeds
     7-9), in 0.3-2.9 s, where HiGHS on the whole pair model took 6-9 s."""
-    fixings = []
-    for group in DECISION_GROUPS:
-        relaxed = getattr(union_built, group)
-        for key, var in getattr(built, group).items():
-            if key not in relaxed:
-                continue
-            value = point[relaxed[key].idx]
-            if value < RENS_TOLERANCE:
-                fixings.append((var, 0.0))
-            elif value > 1.0 - RENS_TOLERANCE:
-                fixings.append((var, 1.0))
-    return _fixed_neighbourhood(built, fixings, costs, hardware, RENS_GAP * rel_gap, time_limit_s, max_nodes)
+    def fixings(groups):
+        out = []
+        for group in groups:
+            relaxed = getattr(union_built, group)
+            for key, var in getattr(built, group).items():
+                if key not in relaxed:
+                    continue
+                value = point[relaxed[key].idx]
+                if value < RENS_TOLERANCE:
+                    out.append((var, 0.0))
+                elif value > 1.0 - RENS_TOLERANCE:
+                    out.append((var, 1.0))
+        return out
+    status = []
+    plan = _fixed_neighbourhood(built, fixings(DECISION_GROUPS), costs, hardware, RENS_GAP * rel_gap, time_limit_s,
+                                max_nodes, status)
+    if plan is None and status == [mip.OptimizationStatus.INFEASIBLE]:
+        # the LP's boundary tiers may not fit this pair's memory where the LP took part of another
+        # pair's (a fractional depth indicator): the rest fixed, the tiers left free (varied seed 11,
+        # 128 layers, the union LP at y_w = 0.64: infeasible in 0.1 s at (2, 1), 5.725 s in 0.26 s)
+        plan = _fixed_neighbourhood(built, fixings([g for g in DECISION_GROUPS if g not in RENS_FREED]), costs,
+                                    hardware, RENS_GAP * rel_gap, time_limit_s, max_nodes)
+    return plan
 
 
 def _systematic_rounding(values) -> list:
@@ -2837,18 +2881,21 @@ def _window_neighbourhood(built: Built, plan: Plan, window, costs, hardware, rel
 
 
 def _fixed_neighbourhood(built: Built, fixings, costs, hardware, gap: float, time_limit_s: float,
-                         max_nodes: int) -> Plan | None:
+                         max_nodes: int, status: list | None = None) -> Plan | None:
     """HiGHS' branch and cut on ``built`` with each (variable, value) of ``fixings`` fixed, to
     ``gap`` of its own bound (at most ``max_nodes`` nodes): the plan found if it fits, else None.
     The model's bounds are restored afterwards. Without the rows that only tighten the bound: the
     backward pass's segment row, dense in the windows' times, made HiGHS' sub-MIP of the random
-    64-layer row's first neighbourhood take 0.54 s instead of 0.29 s, for the same plan."""
+    64-layer row's first neighbourhood take 0.54 s instead of 0.29 s, for the same plan.
+    ``status``: if a list, HiGHS' status (a ``mip.OptimizationStatus``) is appended to it."""
     saved = [(var, var.lb, var.ub) for var, _ in fixings]
     try:
         for var, value in fixings:
             if var.lb <= value <= var.ub:
                 var.lb = var.ub = value
         built.solved = _highs_mip(built.model, gap, time_limit_s, max_nodes, bound_rows=False)
+        if status is not None:
+            status.append(built.solved.status)
         found = built.solved.values is not None
         plan = decode(built, costs, hardware, status="feasible", bound=None, solve_time_s=0.0) if found else None
     finally:
