@@ -320,7 +320,7 @@ def _scaled_sum(terms) -> mip.LinExpr:
 def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
           weight_prefetch_depth: int = 1, act_prefetch_depth: int = 1, objective: str = "time",
           union: bool = False, residual_offload: bool = True, case_cuts: bool = True,
-          verbose: bool = False) -> Built:
+          share_rows: bool = True, verbose: bool = False) -> Built:
     """The planning MILP for ``costs`` on ``hardware`` at fixed prefetch depths (see the module docstring).
 
     Args:
@@ -335,6 +335,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       residual_offload: whether kept residuals may go to the host (``Plan.offload_residuals``).
       case_cuts: add the windows' case cuts and the residual fetch cuts over several windows (valid
         inequalities; off only to measure what they add).
+      share_rows: add the rows that bound a resident-tail layer's shares of uploads that exclude
+        each other by its r (valid inequalities; off only to measure what they add).
     Returns:
       A Built (the model and its variables).
     Example:
@@ -544,7 +546,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                kept=(res[l], bwd_rc[l]) if l in res else None)
     window("BE", compute=costs.bwd_time[0], down=G[0] + costs.grad_bytes[0])
     for (l, _), ps in upload_shares.items():
-        if len(ps) > 1:
+        if share_rows and len(ps) > 1:
             m.add_constr(_le(xs(ps), r[l]))
 
     # residuals on the host: D2H in the window after the layer's forward; the fetch is due in the
@@ -894,7 +896,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         # the cases' shares by upload, as the windows' own (upload_shares); a recompute window has
         # up to S (S - 1) / 2 covering edges, each a case of its layer
         for (layer, _), ps in case_shares.items():
-            if len(ps) > 1:
+            if share_rows and len(ps) > 1:
                 m.add_constr(_le(xs(ps), r[layer]))
 
     def least_weights(name):

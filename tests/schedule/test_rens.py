@@ -552,3 +552,38 @@ def test_pair_lps_bound_every_depth_pair_from_below_and_raise_the_union_lp(monke
         value = run.incumbent.predicted_step_time_s
         assert run.pair_proof.predicted_step_time_s == value and stats["proof"] == "pair_lps"
         assert run.pair_proof.gap == pytest.approx(max(0.0, (value - run.union) / value))
+
+
+def test_rens_leaves_the_tiers_free_where_fixing_them_is_infeasible():
+    """``_rens`` fixes every decision the LP takes whole; where those tiers do not fit the depth
+    pair's memory (the LP's point took part of another pair's room) HiGHS says infeasible at once,
+    and ``_rens`` runs again with the boundary tiers free (``RENS_FREED``), the rest fixed."""
+    from tests.schedule.test_search import _link_bound_instance
+    costs, hw = _link_bound_instance(12)
+    union, _, _, point = _union_solution(costs, hw)
+    point = numpy.array(point)
+    # the LP's point with every kept boundary on the device: more than the device holds
+    for i, var in union.host.items():
+        point[var.idx] = 0.0
+    built = milp.build(costs, hw, weight_prefetch_depth=1, act_prefetch_depth=1)
+    fixings = []
+    for group in milp.DECISION_GROUPS:
+        for key, var in getattr(built, group).items():
+            value = point[getattr(union, group)[key].idx]
+            if value < TOL or value > 1 - TOL:
+                fixings.append((var, round(value)))
+    status = []
+    assert milp._fixed_neighbourhood(built, fixings, costs, hw, 0.0, 60.0, 1000, status) is None
+    assert status == [milp.mip.OptimizationStatus.INFEASIBLE]
+    before = [(v.lb, v.ub) for v in built.model.vars]
+    plan = milp._rens(built, union, point, costs, hw, 1e-2, 60.0, 1000)
+    assert [(v.lb, v.ub) for v in built.model.vars] == before and built.solved is None
+    assert plan is not None and plan.fits()
+    # the path and the residuals are the LP's where it takes them whole; the tiers are the plan's own
+    chosen = set(memory.segments(plan.boundary_tiers))
+    for edge, var in union.x.items():
+        if point[var.idx] > 1 - TOL:
+            assert edge in chosen
+        elif point[var.idx] < TOL:
+            assert edge not in chosen
+    assert any(t == "host" for t in plan.boundary_tiers)
