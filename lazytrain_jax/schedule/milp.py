@@ -54,7 +54,11 @@ takes the weights' share off; and two of a window's case families at once (weigh
 gradients down, an NVMe read, a residual fetch) give T ≥ C_P + Σ_Q (C_q − max C_P)⁺·z_q (varied
 seed 0, 32 layers, depths (1, 1): the LP from 9.382 to 9.885 s against a 10.094 s plan).
 Without the fetch cuts the LP fetched a fraction of every residual into each backward window's idle
-upload time (llama3-8b, 64 layers: 1.6 % below the plan; 0.14-0.5 % with them). The memory rows
+upload time (llama3-8b, 64 layers: 1.6 % below the plan; 0.14-0.5 % with them). (vi) Share rows:
+the uploads of a resident-tail layer's weights of which at most one is made in any plan (decided
+by its own boundary, or by the one above) have resident shares summing to at most its r, in the
+windows' loads and in the case cuts; without them a layer resident in part counted as resident in
+every fractional case at once (varied seed 35, 128 layers, depths (2, 1): 30.950 -> 31.051 s). The memory rows
 are written in units of the largest boundary, weight or residual: in bytes, CLP returned LP values
 above the optimum once the aggregated rows were added.
 The LP bound is then within ~0.5% of the optimum on the 27B shapes, but its solution is
