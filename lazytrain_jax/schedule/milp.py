@@ -58,9 +58,9 @@ upload time (llama3-8b, 64 layers: 1.6 % below the plan; 0.14-0.5 % with them). 
 the uploads of a resident-tail layer's weights of which at most one is made in any plan (decided
 by its own boundary, or by the one above) have resident shares summing to at most its r, in the
 windows' loads and in the case cuts; without them a layer resident in part counted as resident in
-every fractional case at once (varied seed 35, 128 layers, depths (2, 1): 30.950 -> 31.051 s). The memory rows
-are written in units of the largest boundary, weight or residual: in bytes, CLP returned LP values
-above the optimum once the aggregated rows were added.
+every fractional case at once (varied seed 35, 128 layers, depths (2, 1): 30.950 -> 31.051 s).
+The memory rows are written in units of the largest boundary, weight or residual: in bytes, CLP
+returned LP values above the optimum once the aggregated rows were added.
 The LP bound is then within ~0.5% of the optimum on the 27B shapes, but its solution is
 fractional and symmetric over identical layers (every boundary dropped by a few percent), so CBC's
 rounding heuristics find good incumbents slowly. ``search.heuristic_plan`` (greedy construction +
@@ -799,7 +799,6 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         def fixed(value, resident_value=None):
             return lambda wd, ad: (value, value if resident_value is None else resident_value)
 
-
         for l in list(range(L)) + [L]:  # the backward windows, then FH (the head's forward: l = L)
             name = f"B{l}" if l < L else "FH"
             t = window_time[name]
@@ -890,7 +889,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 if s <= j and e >= j + 2:
                     down = gprev(e) / d2h if s == j else 0.0
                     specs.append(spec((f"RC{j}", s, e), var, j + 1,
-                                      lambda wd, ad, down=down: (max(fwd[j], up_time(j + 1, wd), down), max(fwd[j], down)),
+                                      lambda wd, ad, down=down: (max(fwd[j], up_time(j + 1, wd), down),
+                                                                 max(fwd[j], down)),
                                       ("own",)))
             for variant in (variants if not union else [(2, 2), (1, 2)]) if specs else ():  # (no activation depth here)
                 reaches = reach(specs, variant, 0.0)
@@ -2743,7 +2743,10 @@ def _rens(built: Built, union_built: Built, point, costs, hardware, rel_gap: flo
     Why: on random heterogeneous instances the search's plans start 3-4 % above the union LP, and
     the LP's solution is integral in all but 100-150 of 1,500 binaries at 128 layers; the rest,
     solved exactly at the pair the LP leans to, gave plans within 0.9-1.0 % of the union LP (seeds
-    7-9), in 0.3-2.9 s, where HiGHS on the whole pair model took 6-9 s."""
+    7-9), in 0.3-2.9 s, where HiGHS on the whole pair model took 6-9 s.
+
+    Where HiGHS finds those fixings infeasible, it runs again with the boundary tiers
+    (``RENS_FREED``) left free."""
     def fixings(groups):
         out = []
         for group in groups:
