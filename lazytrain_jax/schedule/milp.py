@@ -549,9 +549,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                read=xs(read_terms) if read_terms else 0.0, cuts=cuts, floor=bwd[l] if l in res else bwd_rc[l],
                kept=(res[l], bwd_rc[l]) if l in res else None)
     window("BE", compute=costs.bwd_time[0], down=G[0] + costs.grad_bytes[0])
-    for (l, _), ps in upload_shares.items():
-        if share_rows and len(ps) > 1:
-            m.add_constr(_le(xs(ps), r[l]))
+    def add_share_rows(groups):
+        """Σ p ≤ r_l for each (layer l, group) of ``groups`` with more than one share p."""
+        for (layer, _), ps in groups.items() if share_rows else ():
+            if len(ps) > 1:
+                m.add_constr(_le(xs(ps), r[layer]))
+
+    add_share_rows(upload_shares)
 
     # residuals on the host: D2H in the window after the layer's forward; the fetch is due in the
     # window before its backward, which is RC_{l-1} when a recompute segment ends at l + 1 (that
@@ -899,9 +903,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 m.add_constr(_ge(t, weakened(over(cases_at(specs, variant, 0.0), 0.0), reaches)))
         # the cases' shares by upload, as the windows' own (upload_shares); a recompute window has
         # up to S (S - 1) / 2 covering edges, each a case of its layer
-        for (layer, _), ps in case_shares.items():
-            if share_rows and len(ps) > 1:
-                m.add_constr(_le(xs(ps), r[layer]))
+        add_share_rows(case_shares)
 
     def least_weights(name):
         """The fewest weight bytes backward window ``name`` (B_l or FH) uploads in any plan: its next
@@ -2747,29 +2749,34 @@ def _rens(built: Built, union_built: Built, point, costs, hardware, rel_gap: flo
 
     Where HiGHS finds those fixings infeasible, it runs again with the boundary tiers
     (``RENS_FREED``) left free."""
-    def fixings(groups):
-        out = []
-        for group in groups:
-            relaxed = getattr(union_built, group)
-            for key, var in getattr(built, group).items():
-                if key not in relaxed:
-                    continue
-                value = point[relaxed[key].idx]
-                if value < RENS_TOLERANCE:
-                    out.append((var, 0.0))
-                elif value > 1.0 - RENS_TOLERANCE:
-                    out.append((var, 1.0))
-        return out
     status = []
-    plan = _fixed_neighbourhood(built, fixings(DECISION_GROUPS), costs, hardware, RENS_GAP * rel_gap, time_limit_s,
-                                max_nodes, status)
+    plan = _fixed_neighbourhood(built, _integral_fixings(built, union_built, point, DECISION_GROUPS), costs, hardware,
+                                RENS_GAP * rel_gap, time_limit_s, max_nodes, status)
     if plan is None and status == [mip.OptimizationStatus.INFEASIBLE]:
         # the LP's boundary tiers may not fit this pair's memory where the LP took part of another
         # pair's (a fractional depth indicator): the rest fixed, the tiers left free (varied seed 11,
         # 128 layers, the union LP at y_w = 0.64: infeasible in 0.1 s at (2, 1), 5.725 s in 0.26 s)
-        plan = _fixed_neighbourhood(built, fixings([g for g in DECISION_GROUPS if g not in RENS_FREED]), costs,
-                                    hardware, RENS_GAP * rel_gap, time_limit_s, max_nodes)
+        kept = [g for g in DECISION_GROUPS if g not in RENS_FREED]
+        plan = _fixed_neighbourhood(built, _integral_fixings(built, union_built, point, kept), costs, hardware,
+                                    RENS_GAP * rel_gap, time_limit_s, max_nodes)
     return plan
+
+
+def _integral_fixings(built: Built, union_built: Built, point, groups) -> list:
+    """(``built``'s variable, 0 or 1) for each decision of ``groups`` whose value in the union LP's
+    solution ``point`` is integral (within ``RENS_TOLERANCE``): what ``_rens`` fixes."""
+    out = []
+    for group in groups:
+        relaxed = getattr(union_built, group)
+        for key, var in getattr(built, group).items():
+            if key not in relaxed:
+                continue
+            value = point[relaxed[key].idx]
+            if value < RENS_TOLERANCE:
+                out.append((var, 0.0))
+            elif value > 1.0 - RENS_TOLERANCE:
+                out.append((var, 1.0))
+    return out
 
 
 def _systematic_rounding(values) -> list:

@@ -26,6 +26,22 @@ def _union_solution(costs, hw, **kw):
     return union, arrays, value, point[0]
 
 
+def _assert_keeps_what_the_lp_takes_whole(plan, union, point):
+    """Every segment the LP takes whole is the plan's, every one it leaves out is not; the same for
+    the kept residuals."""
+    chosen = set(memory.segments(plan.boundary_tiers))
+    for edge, var in union.x.items():
+        if point[var.idx] > 1 - TOL:
+            assert edge in chosen
+        elif point[var.idx] < TOL:
+            assert edge not in chosen
+    for l, var in union.res.items():
+        if point[var.idx] > 1 - TOL:
+            assert plan.keep_residuals[l]
+        elif point[var.idx] < TOL:
+            assert not plan.keep_residuals[l]
+
+
 def _exact_at(monkeypatch, costs, hw, dw, da, **kw):
     monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
     plan = milp.solve(costs, hw, rel_gap=0.0, depths=[(dw, da)], **kw)
@@ -53,18 +69,7 @@ def test_rens_keeps_the_lps_integral_part_and_restores_the_model(monkeypatch, se
     assert (plan.weight_prefetch_depth, plan.act_prefetch_depth) == (dw, da)
     exact = _exact_at(monkeypatch, costs, hw, dw, da)
     assert plan.predicted_step_time_s >= exact.predicted_step_time_s * (1 - 1e-9)   # a plan of the pair's space
-    # every segment the LP takes whole is the plan's, every one it leaves out is not
-    chosen = set(memory.segments(plan.boundary_tiers))
-    for edge, var in union.x.items():
-        if point[var.idx] > 1 - TOL:
-            assert edge in chosen
-        elif point[var.idx] < TOL:
-            assert edge not in chosen
-    for l, var in union.res.items():
-        if point[var.idx] > 1 - TOL:
-            assert plan.keep_residuals[l]
-        elif point[var.idx] < TOL:
-            assert not plan.keep_residuals[l]
+    _assert_keeps_what_the_lp_takes_whole(plan, union, point)
 
 
 def test_rens_with_everything_fixed_returns_that_plan(monkeypatch):
@@ -566,12 +571,7 @@ def test_rens_leaves_the_tiers_free_where_fixing_them_is_infeasible():
     for i, var in union.host.items():
         point[var.idx] = 0.0
     built = milp.build(costs, hw, weight_prefetch_depth=1, act_prefetch_depth=1)
-    fixings = []
-    for group in milp.DECISION_GROUPS:
-        for key, var in getattr(built, group).items():
-            value = point[getattr(union, group)[key].idx]
-            if value < TOL or value > 1 - TOL:
-                fixings.append((var, round(value)))
+    fixings = milp._integral_fixings(built, union, point, milp.DECISION_GROUPS)
     status = []
     assert milp._fixed_neighbourhood(built, fixings, costs, hw, 0.0, 60.0, 1000, status) is None
     assert status == [milp.mip.OptimizationStatus.INFEASIBLE]
@@ -580,10 +580,5 @@ def test_rens_leaves_the_tiers_free_where_fixing_them_is_infeasible():
     assert [(v.lb, v.ub) for v in built.model.vars] == before and built.solved is None
     assert plan is not None and plan.fits()
     # the path and the residuals are the LP's where it takes them whole; the tiers are the plan's own
-    chosen = set(memory.segments(plan.boundary_tiers))
-    for edge, var in union.x.items():
-        if point[var.idx] > 1 - TOL:
-            assert edge in chosen
-        elif point[var.idx] < TOL:
-            assert edge not in chosen
+    _assert_keeps_what_the_lp_takes_whole(plan, union, point)
     assert any(t == "host" for t in plan.boundary_tiers)
