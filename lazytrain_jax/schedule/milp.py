@@ -1339,6 +1339,61 @@ def _half_problem(union_built: Built, arrays, weight_prefetch_depth: int):
     return cost, {**args, "bounds": bounds}, const
 
 
+# _tail_split: how far above its bar each LP's bound must be (relative). HiGHS stops its dual
+# simplex on the dual objective of a basis that is dual feasible for its perturbed costs, computed
+# with the exact costs (its ``objective_bound`` check): within about 1e-6 of the optimum's bound
+TAIL_SPLIT_MARGIN = 1e-5
+TAIL_ITERATIONS = 0.2  # _tail_split's dual simplex iterations per row of the model and count, at most
+
+
+def _tail_split(union_built: Built, arrays, basis, weight_prefetch_depth: int, bar: float, point=None,
+                time_limit_s: float = math.inf) -> bool:
+    """Whether no plan at ``weight_prefetch_depth`` is faster than ``bar``, by the union LP's half
+    at that depth (``_half_problem``) split on the resident tail: every plan keeps some number k of
+    the last layers resident, so the least over k of the half's LP with the resident-tail
+    indicators fixed at k (the last k at 1, the rest at 0) bounds the half. Each LP runs by dual
+    simplex from ``basis`` (the union LP's; then from the previous k's), stopped as soon as its
+    bound passes ``bar`` (HiGHS' ``objective_bound``), the counts nearest the share ``point`` keeps
+    resident first; the first count whose LP ends below ``bar`` (or in more than
+    ``TAIL_ITERATIONS`` iterations a row) ends the split: False.
+
+    Why: the LP keeps tail layers resident in part, and a layer resident in part counts for less
+    memory and for less upload time where both bind at once (varied seed 35, 128 layers, depths
+    (2, 1): each of the 8 tail layers 0.338 resident, the LP 31.051 s, the least LP over k 31.233 s).
+    The LPs to optimality took 9.7 s for the nine counts; stopped at the bar, 0.3-1 s a half on
+    varied seeds 10, 17 and 35 at 128 layers, each of whose halves they rule out."""
+    import numpy as np
+    hc = _highs_object()
+    if hc is None or not union_built.r:
+        return False
+    problem = _half_problem(union_built, arrays, weight_prefetch_depth)
+    cost, args, const = problem
+    rows = _highs_rows(problem)
+    limit = max(1, int(TAIL_ITERATIONS * sum(r[0].shape[0] for r in rows)))
+    target = bar + TAIL_SPLIT_MARGIN * abs(bar)
+    options = dict(presolve="off", solver="simplex", simplex_iteration_limit=limit, objective_bound=target - const)
+    if math.isfinite(time_limit_s):
+        options["time_limit"] = float(time_limit_s)
+    h = _highs_model(cost, rows, args["bounds"][:, 0], args["bounds"][:, 1], None, options)
+    if h.setBasis(basis) == hc.HighsStatus.kError:
+        return False
+    tail = np.array([var.idx for _, var in sorted(union_built.r.items())], dtype=np.int32)
+    n = len(tail)
+    share = float(sum(point[i] for i in tail)) if point is not None else 0.0
+    for k in sorted(range(n + 1), key=lambda k: (abs(k - share), k)):
+        fixed = np.array([1.0 if i >= n - k else 0.0 for i in range(n)])
+        h.changeColsBounds(n, tail, fixed, fixed)
+        if not _run(h):
+            return False
+        status = h.getModelStatus()
+        if status in (hc.HighsModelStatus.kObjectiveBound, hc.HighsModelStatus.kInfeasible):
+            continue
+        if status == hc.HighsModelStatus.kOptimal and h.getInfo().objective_function_value + const >= target:
+            continue
+        return False
+    return True
+
+
 def _relaxed(built: Built, *, solver: str = "auto") -> float:
     """The LP relaxation's optimum (inf if infeasible). ``solver="highs"``: HiGHS' interior point
     method (through scipy) on the model's rows, falling back to CLP if it does not end optimal or
@@ -1827,6 +1882,8 @@ class _Solve:
         self.pattern_done = False      # offload_pattern has run
         self.rooted = None             # the plan HiGHS' roots on the union LP's halves were last asked to beat (settle)
         self.pair_proof = None         # the plan the depth pairs' own LPs prove (pair_lps)
+        self.tail_proof = None         # the plan the union LP's halves split on the resident tail prove (tail_split)
+        self.tail_split_for = None     # the plan tail_split last ran for
         self.pair_bounds = {}          # (dw, da) -> that pair's LP raised by its offload split (pair_lps)
         self.pairs_done = False        # pair_lps has run
         self.depth_split = None    # the depth split's future (split_on_depth), until joined into depth_bounds
@@ -2030,9 +2087,10 @@ class _Solve:
         # union LP takes the activation depth and the residual staging in part (pair_lps: qwen2.5-3b
         # on the H200 at 128 layers, 20 s unproved -> 6.2 s proved; before the searches, 1.9 s less
         # than after them)
-        for phase in ((self.first_neighbourhood, self.offload_pattern, self.half_neighbourhoods, self.searches)
+        for phase in ((self.first_neighbourhood, self.tail_split, self.offload_pattern, self.half_neighbourhoods,
+                       self.searches)
                       if self.far or neighbourhood_first else
-                      (self.pair_lps, self.searches, self.first_neighbourhood, self.offload_pattern,
+                      (self.pair_lps, self.searches, self.first_neighbourhood, self.tail_split, self.offload_pattern,
                        self.half_neighbourhoods)):
             if phase == self.searches and neighbourhood_first and not self.far:
                 # the roots on the union LP's halves before these searches, which only look for a
@@ -2042,8 +2100,8 @@ class _Solve:
                 if plan is not None:
                     return plan
             phase()
-            if self.pair_proof is not None:
-                return self.pair_proof
+            if self.pair_proof is not None or self.tail_proof is not None:
+                return self.pair_proof or self.tail_proof
         plan = self.settle()
         if plan is None and rel_gap > 0 and (cutoff is None or self.incumbent.predicted_step_time_s < cutoff):
             self.carried = self.incumbent  # kept: the per-depth phase rebuilds its starts and may not find it again
@@ -2063,6 +2121,9 @@ class _Solve:
             self.pair_lps()
             if self.pair_proof is not None:
                 return self.pair_proof
+            self.tail_split()
+            if self.tail_proof is not None:
+                return self.tail_proof
             # HiGHS' root on each half of the union model the split left open, asked only for a
             # plan rel_gap faster: where none exists the half's depth pairs are ruled out (random
             # host-only 128-layer instances: 1.1-3.7 s a half, both halves side by side, where each
@@ -2147,6 +2208,46 @@ class _Solve:
                 self.depth_bounds[dw] = max(self.depth_bounds[dw], min(ours))
         if self.union_proves(self.incumbent):
             self.pair_proof = self.proved_by_union("pair_lps")
+
+    def tail_split(self):
+        """Once per incumbent, after the depth split is joined: each half of the union LP that
+        leaves room below the incumbent (by ``rel_gap``) and keeps part of a tail layer resident
+        split on the resident tail (``_tail_split``; the halves side by side). A half it rules
+        out gets the bar as its bound; where every half is ruled out, that proves the incumbent
+        (``tail_proof``). Varied instances at 128 layers, seeds 10, 17 and 35: the union LP and its
+        halves 0.4-1.1 % below the first neighbourhood's plan, the tail split proves it (before,
+        the roots on the halves after the other neighbourhoods, 11-13 s, or the time limit)."""
+        incumbent = self.incumbent
+        if not self.neighbourhoods_open() or not self.union_basis or not self.union_built.r or \
+                self.tail_split_for is incumbent:
+            return
+        self.join_splits()
+        if not self.depth_bounds or self.union_proves(incumbent):
+            return
+        self.tail_split_for = incumbent
+        bar = incumbent.predicted_step_time_s * (1 - self.rel_gap)
+        halves = [dw for dw in self.weights if self.depth_bounds[dw] < bar and self.tail_in_part(dw)]
+        if not halves:
+            return
+        t = time.perf_counter()
+        futures = [_in_thread(_tail_split, self.union_built, self.arrays, self.union_basis[0], dw, bar,
+                              self.depth_points.get(dw), self.left()) for dw in halves]
+        for dw, future in zip(halves, futures):
+            if future.result():
+                self.depth_bounds[dw] = bar
+        self.stats["lp_s"] += time.perf_counter() - t
+        self.stats["lp_solves"] += len(halves)
+        if all(self.depth_bounds[dw] >= bar for dw in self.weights):
+            self.stats["proof"] = "tail_split"
+            self.tail_proof = incumbent.replace(name="milp", solver_status="optimal", gap=self.rel_gap,
+                                                solve_time_s=time.perf_counter() - self.t0)
+
+    def tail_in_part(self, dw) -> bool:
+        """Whether the solution of the union LP's half at weight depth ``dw`` keeps some tail layer
+        resident in part (a share between ``RENS_TOLERANCE`` and 1 − it)."""
+        point = self.depth_points.get(dw)
+        return point is not None and any(RENS_TOLERANCE < point[var.idx] < 1 - RENS_TOLERANCE
+                                         for var in self.union_built.r.values())
 
     def start_offload_split(self):
         """Where the union LP pays the residual offload's staging only in part and splitting on it
@@ -2724,7 +2825,13 @@ def _decision_indices(built: Built) -> set:
     return {v.idx for group in DECISION_GROUPS for v in getattr(built, group).values()}
 
 
-RENS_GAP = 0.5        # _rens stops at this fraction of rel_gap from its own bound
+# _rens stops at this fraction of rel_gap from its own bound. Its sub-MIPs find their plan early and
+# spend the rest proving it: varied seeds 10 and 17 at 128 layers had their plans (54.306 and 13.080
+# s in the model) at 0.8 and 1.1 s, within 0.65 and 0.70 % of the sub-MIP's bound, and stopped at
+# 2.2 and 2.6 s at 0.5. At 0.75 the varied 128-layer instances (seeds 0-39) took 137.6 s in all
+# against 149.4 s, 36 proved within 5 s against 34; four plans changed, each within its proof
+# (seed 10 0.09 % faster; seeds 6, 15 and 16 0.41, 0.17 and 0.21 % slower)
+RENS_GAP = 0.75
 # ... or after this many nodes (in ``solve``): where the union LP's solution is fractional in many
 # binaries each node of the neighbourhood is slow, and its best plans come early (qwen2.5-3b shape
 # on an A100, 64 layers, 132 of 682 binaries free: 9.427 s after 20 nodes in 2.2 s, 9.410 s after

@@ -134,6 +134,93 @@ def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatc
             assert points[dw][union.depth_indicators[0].idx] == pytest.approx(dw - 1, abs=1e-9)
 
 
+def _least_over_tail_counts(union, half):
+    """The least over k of the half's LP with the resident-tail indicators fixed at k (the last k
+    at 1), each solved to its optimum."""
+    cost, args, const = half
+    tail = [var.idx for _, var in sorted(union.r.items())]
+    least = math.inf
+    for k in range(len(tail) + 1):
+        bounds = args["bounds"].copy()
+        for i, j in enumerate(tail):
+            bounds[j] = 1.0 if i >= len(tail) - k else 0.0
+        least = min(least, milp._highs_solve((cost, {**args, "bounds": bounds}, const)))
+    return least
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], "random"])
+def test_tail_split_rules_out_a_half_below_its_least_lp_over_the_resident_count(monkeypatch, case):
+    """``_tail_split`` rules a half out (True) for a bar below the least over k of its LPs with the
+    resident tail fixed at k, and not for one above it; that least is at most every plan at the
+    half's weight depth (exact optima by CBC), and at least the half's own LP."""
+    if case == "random":
+        costs, hw = _random_instance(8, 7)
+        kw = {}
+    else:
+        num_layers, seed, dev, host, nvme, bw = case
+        costs = instance(num_layers, seed)
+        hw = hardware_for(costs, dev, host, nvme, bw)
+        kw = dict(max_segment_length=4, max_resident_tail=num_layers)
+    union, arrays, _, _ = _union_solution(costs, hw, **kw)
+    assert union.r  # a resident tail to split on
+    basis = []
+    milp._highs_solve(arrays, [], basis)
+    bounds, points = milp._depth_split(union, arrays, basis)
+    for dw in (1, 2):
+        least = _least_over_tail_counts(union, milp._half_problem(union, arrays, dw))
+        if math.isfinite(bounds[dw]):
+            assert least >= bounds[dw] - 1e-6 * (1 + abs(bounds[dw]))
+        else:  # the half is infeasible, and so at every count
+            assert least == math.inf
+        for da in (1, 2):
+            exact = _exact_at(monkeypatch, costs, hw, dw, da, **kw)
+            if exact is not None:
+                assert least <= exact.predicted_step_time_s * (1 + 1e-7)
+        if not math.isfinite(least):  # no plan at this depth: any bar is ruled out
+            assert milp._tail_split(union, arrays, basis[0], dw, 1e9, points.get(dw))
+            continue
+        if case == CASES[2] and dw == 1:  # the half keeps part of its tail resident: the split raises it
+            assert least > bounds[dw] * (1 + 3e-3)
+        assert milp._tail_split(union, arrays, basis[0], dw, least * (1 - 1e-3), points.get(dw))
+        assert not milp._tail_split(union, arrays, basis[0], dw, least * (1 + 1e-3), points.get(dw))
+
+
+@pytest.mark.parametrize("plan,proved", [(2.3636, True), (2.3700, False)])
+def test_tail_split_proves_a_plan_whose_bar_every_half_clears(plan, proved):
+    """``_Solve.tail_split`` on a 5-layer instance whose weight-depth-1 half (2.3350 s) keeps part
+    of its tail resident, its least LP over the resident count 2.3427 s; the depth-2 half is
+    2.3538 s. A plan of 2.3636 s (bar 2.3400 s at 1 %) is proved: the depth-1 half is ruled out
+    by the split, the depth-2 half by its own bound. At 2.3700 s (bar 2.3463 s) the depth-1 half
+    stays open and nothing changes."""
+    num_layers, seed, dev, host, nvme, bw = CASES[2]
+    costs = instance(num_layers, seed)
+    hw = hardware_for(costs, dev, host, nvme, bw)
+    union, arrays, value, point = _union_solution(costs, hw, max_segment_length=4, max_resident_tail=num_layers)
+    basis = []
+    milp._highs_solve(arrays, [], basis)
+    bounds, points = milp._depth_split(union, arrays, basis)
+    assert bounds[1] < plan * 0.99 <= bounds[2]
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.cutoff, run.direct, run.deadline, run.t0 = 1e-2, None, True, math.inf, 0.0
+    run.union_built, run.arrays, run.union_basis, run.union_point = union, arrays, basis, [point]
+    run.union, run.weights, run.stats = min(bounds.values()), [1, 2], {"lp_s": 0.0, "lp_solves": 0}
+    run.depth_bounds, run.depth_points = dict(bounds), points
+    run.depth_split = run.offload_split = None
+    run.tail_proof = run.tail_split_for = None
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=plan,
+                                          replace=lambda **kw: types.SimpleNamespace(predicted_step_time_s=plan, **kw))
+    run.tail_split()
+    if proved:
+        assert run.tail_proof is not None and run.tail_proof.gap == 1e-2
+        assert run.tail_proof.solver_status == "optimal" and run.stats["proof"] == "tail_split"
+        assert run.depth_bounds[1] == pytest.approx(plan * 0.99)
+    else:
+        assert run.tail_proof is None and run.depth_bounds == bounds
+    assert run.stats["lp_solves"] == 1  # the depth-1 half only
+    run.tail_split()  # once per incumbent
+    assert run.stats["lp_solves"] == 1
+
+
 @pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", SPLIT_CASES[:3])
 def test_offload_split_gain_bounds_what_the_split_can_raise(num_layers, seed, dev, host, nvme, bw):
     """The "no residual on the host" branch of the split (the split is at most it) lies within the
@@ -470,14 +557,16 @@ def test_a_solve_without_a_start_takes_the_union_lps_first_neighbourhood(monkeyp
 @pytest.mark.parametrize("start,proved_early,order", [
     # near the union LP (within NEIGHBOURHOODS_FIRST_GAPS rel_gaps): the depth pairs' own LPs, then
     # the searches
-    (10.1, False, ["pairs", "searches", "first", "pattern", "halves", "settle"]),
+    (10.1, False, ["pairs", "searches", "first", "tail", "pattern", "halves", "settle"]),
     (10.1, "pairs", ["pairs"]),
-    # between NEIGHBOURHOODS_FIRST_GAPS and UNION_SEARCH_GAPS: the neighbourhoods, then the roots
-    # (settle), and the searches only where those leave the plan unproved
-    (10.2, False, ["first", "pattern", "halves", "settle", "searches", "settle"]),
-    (10.2, True, ["first", "pattern", "halves", "settle"]),
+    # between NEIGHBOURHOODS_FIRST_GAPS and UNION_SEARCH_GAPS: the neighbourhoods (the tail split
+    # right after the first), then the roots (settle), and the searches only where those leave
+    # the plan unproved
+    (10.2, False, ["first", "tail", "pattern", "halves", "settle", "searches", "settle"]),
+    (10.2, True, ["first", "tail", "pattern", "halves", "settle"]),
+    (10.2, "tail", ["first", "tail"]),
     # far from it: the same, the searches (which skip the other depth pairs there) before the roots
-    (10.5, False, ["first", "pattern", "halves", "searches", "settle"]),
+    (10.5, False, ["first", "tail", "pattern", "halves", "searches", "settle"]),
 ])
 def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch, start, proved_early, order):
     """The union phase's steps in the order the start's distance from the union LP (10.0 s, rel_gap
@@ -489,7 +578,7 @@ def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch,
     run.rel_gap, run.cutoff, run.union, run.far, run.direct = 1e-2, None, 10.0, None, True
     run.union_point, run.union_built, run.depths = ["union point"], None, milp.MILP_DEPTHS
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=start)
-    run.depth_bounds, run.carried, run.pair_proof = {}, None, None
+    run.depth_bounds, run.carried, run.pair_proof, run.tail_proof = {}, None, None, None
     calls = []
     monkeypatch.setattr(milp, "_leaning", lambda point, built, depths, tie=None: [(2, 1)])
     monkeypatch.setattr(run, "tie", lambda: None, raising=False)
@@ -503,6 +592,12 @@ def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch,
         if proved_early == "pairs":
             run.pair_proof = proof
     monkeypatch.setattr(run, "pair_lps", pair_lps, raising=False)
+
+    def tail_split():
+        calls.append("tail")
+        if proved_early == "tail":
+            run.tail_proof = proof
+    monkeypatch.setattr(run, "tail_split", tail_split, raising=False)
     for name in ("start_offload_split", "start_depth_split"):
         monkeypatch.setattr(run, name, lambda: None, raising=False)
 
