@@ -1253,27 +1253,31 @@ def _in_thread(fn, *args) -> concurrent.futures.Future:
     return future
 
 
-def _parallel_lps(problems: list, points=None, bases=None, hot=None) -> list:
+def _parallel_lps(problems: list, points=None, bases=None, hot=None, ends=None) -> list:
     """``_highs_solve`` of each of ``problems`` (prepared arrays), side by side in threads (HiGHS
     releases the interpreter lock); ``points``: one list per problem for its solution, or None;
     ``bases``: one HiGHS basis per problem to start it from (``_hot_lp``), or None; ``hot``: one
-    list per problem, given True where its solution is the vertex reached from its basis."""
+    list per problem, given True where its solution is the vertex reached from its basis; ``ends``:
+    one list per problem, given HiGHS' basis at that vertex."""
     points = points if points is not None else [None] * len(problems)
     bases = bases if bases is not None else [None] * len(problems)
     hot = hot if hot is not None else [None] * len(problems)
-    futures = [_in_thread(_highs_solve, problem, point) if basis is None else _in_thread(_hot_lp, problem, basis, point, h)
-               for problem, point, basis, h in zip(problems, points, bases, hot)]
+    ends = ends if ends is not None else [None] * len(problems)
+    futures = [_in_thread(_highs_solve, problem, point) if basis is None else
+               _in_thread(_hot_lp, problem, basis, point, h, end)
+               for problem, point, basis, h, end in zip(problems, points, bases, hot, ends)]
     return [f.result() for f in futures]
 
 
-def _hot_lp(problem, basis, point: list | None, hot: list | None = None):
+def _hot_lp(problem, basis, point: list | None, hot: list | None = None, end: list | None = None):
     """The LP of ``problem`` (prepared arrays) by dual simplex from ``basis`` (HiGHS' basis of a
     model with the same rows and columns and other bounds: the union LP's, for one of its halves),
     at most ``HOT_ITERATIONS`` iterations per row; where that does not end optimal or infeasible,
     ``_highs_solve`` from scratch. The value is the exact vertex optimum; ``point`` as in
     ``_highs_solve`` (that vertex, or the interior point from scratch); ``hot``: if a list, True is
-    appended where the solution is the vertex. Whether the fallback runs depends on the iteration
-    count alone, not on the machine's load."""
+    appended where the solution is the vertex; ``end``: if a list, HiGHS' basis at that vertex is
+    appended to it. Whether the fallback runs depends on the iteration count alone, not on the
+    machine's load."""
     import numpy as np
     hc = _highs_object()
     cost, args, const = problem
@@ -1292,6 +1296,8 @@ def _hot_lp(problem, basis, point: list | None, hot: list | None = None):
                 point.append(np.array(h.getSolution().col_value))
             if hot is not None:
                 hot.append(True)
+            if end is not None and h.getBasis().valid:
+                end.append(h.getBasis())
             return float(h.getInfo().objective_function_value) + const
     return _highs_solve(problem, point)
 
@@ -1310,7 +1316,8 @@ HALF_INTERIOR = True
 HALF_RETRY_GAPS = 5.0
 
 
-def _depth_split(union_built: Built, arrays, basis=None, vertices: set | None = None) -> tuple:
+def _depth_split(union_built: Built, arrays, basis=None, vertices: set | None = None,
+                 ends: dict | None = None) -> tuple:
     """The union relaxation's LP with its weight depth indicator fixed at 0 and at 1, solved in
     parallel (HiGHS releases the interpreter lock): ``({1: bound, 2: bound}, {1: solution, 2:
     solution})``, each bound one on every depth pair with that weight prefetch depth (-inf where
@@ -1319,13 +1326,16 @@ def _depth_split(union_built: Built, arrays, basis=None, vertices: set | None = 
     seed 8: 36.437 s at weight depth 2, that pair's LP 36.437 s; 36.773 s at depth 1, its pairs'
     LPs 36.815 s and 36.898 s): two LPs on the model already built stand for four models to build
     and solve. ``vertices``: if a set, the weight depths whose solution is the vertex reached from
-    ``basis`` are added to it (the others' are interior points)."""
+    ``basis`` are added to it (the others' are interior points); ``ends``: if a dict, HiGHS' basis
+    at each such vertex, by weight depth (``_tail_split`` starts from it)."""
     problems = [_half_problem(union_built, arrays, dw) for dw in (1, 2)]
-    points, hot = ([], []), ([], [])
+    points, hot, at_end = ([], []), ([], []), ([], [])
     # each half from the union LP's basis (_highs_solve's), where there is one (_hot_lp)
-    values = _parallel_lps(problems, points, [basis[0]] * len(problems) if basis else None, hot)
+    values = _parallel_lps(problems, points, [basis[0]] * len(problems) if basis else None, hot, at_end)
     if vertices is not None:
         vertices.update(dw for dw, h in zip((1, 2), hot) if h)
+    if ends is not None:
+        ends.update((dw, e[0]) for dw, e in zip((1, 2), at_end) if e)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},
             {dw: pt[0] for dw, pt in zip((1, 2), points) if pt})
 
@@ -1352,10 +1362,10 @@ def _tail_split(union_built: Built, arrays, basis, weight_prefetch_depth: int, b
     at that depth (``_half_problem``) split on the resident tail: every plan keeps some number k of
     the last layers resident, so the least over k of the half's LP with the resident-tail
     indicators fixed at k (the last k at 1, the rest at 0) bounds the half. Each LP runs by dual
-    simplex from ``basis`` (the union LP's; then from the previous k's), stopped as soon as its
-    bound passes ``bar`` (HiGHS' ``objective_bound``), the counts nearest the share ``point`` keeps
-    resident first; the first count whose LP ends below ``bar`` (or in more than
-    ``TAIL_ITERATIONS`` iterations a row) ends the split: False.
+    simplex from ``basis`` (the half's vertex, or the union LP's; then from a neighbouring k's),
+    stopped as soon as its bound passes ``bar`` (HiGHS' ``objective_bound``), from the count
+    nearest the share ``point`` keeps resident; the first count whose LP ends below ``bar`` (or in
+    more than ``TAIL_ITERATIONS`` iterations a row) ends the split: False.
 
     Why: the LP keeps tail layers resident in part, and a layer resident in part counts for less
     memory and for less upload time where both bind at once (varied seed 35, 128 layers, depths
@@ -1379,13 +1389,21 @@ def _tail_split(union_built: Built, arrays, basis, weight_prefetch_depth: int, b
         return False
     tail = np.array([var.idx for _, var in sorted(union_built.r.items())], dtype=np.int32)
     n = len(tail)
-    share = float(sum(point[i] for i in tail)) if point is not None else 0.0
-    for k in sorted(range(n + 1), key=lambda k: (abs(k - share), k)):
+    start = min(n, max(0, round(sum(point[i] for i in tail)))) if point is not None else 0
+    at_start = None
+    # up from the count nearest the LP's, then down from it (its basis again): each LP one
+    # indicator away from the last (varied seed 17, 128 layers, the depth-2 half: 0.70 s, where
+    # the counts by distance from the LP's, alternating sides, took 1.11 s)
+    for k in list(range(start, n + 1)) + list(range(start - 1, -1, -1)):
+        if k == start - 1 and at_start is not None and h.setBasis(at_start) == hc.HighsStatus.kError:
+            return False
         fixed = np.array([1.0 if i >= n - k else 0.0 for i in range(n)])
         h.changeColsBounds(n, tail, fixed, fixed)
         if not _run(h):
             return False
         status = h.getModelStatus()
+        if k == start:
+            at_start = h.getBasis()
         if status in (hc.HighsModelStatus.kObjectiveBound, hc.HighsModelStatus.kInfeasible):
             continue
         if status == hc.HighsModelStatus.kOptimal and h.getInfo().objective_function_value + const >= target:
@@ -1875,6 +1893,7 @@ class _Solve:
         self.depth_bounds = {}     # weight prefetch depth -> a bound on its depth pairs (_depth_split)
         self.depth_points = {}     # weight prefetch depth -> that bound's LP solution
         self.depth_vertices = set()  # the weight depths whose depth_points are vertices (half_point)
+        self.depth_ends = {}       # weight depth -> HiGHS' basis at that vertex (tail_split starts there)
         self.rens_done = set()     # the depth pairs rens_at has run at
         self.offload_split = None  # the offload split's future (start_offload_split), once started
         self.offload_split_joined = False  # its bound taken into the union LP (join_splits)
@@ -2002,11 +2021,11 @@ class _Solve:
         self.stats["rens_runs"] += 1
         return found
 
-    def rens_at(self, built, point):
+    def rens_at(self, built, point, tail=False):
         """_rens at ``built``'s depth pair from ``point`` (a solution of the union LP, or of one of
         its halves), its plan's boundary tiers then chosen again (``_tier_neighbourhood``, where the
-        union LP does not prove it, the splits started beside this step joined first): the plan,
-        or None. Once per depth pair."""
+        union LP does not prove it, the splits started beside this step joined first, and with
+        ``tail`` the tail split run for it: ``tail_split``): the plan, or None. Once per depth pair."""
         self.rens_done.add((built.weight_prefetch_depth, built.act_prefetch_depth))
 
         def run():
@@ -2016,9 +2035,12 @@ class _Solve:
                 # the splits' bounds first (joined after this step anyway): where they prove the
                 # plan, its tiers are not chosen again (random heterogeneous instance, 64 layers:
                 # the depth split, done before the neighbourhood ends, proves its 17.40 s plan; the
-                # tiers took 0.11 s more and found nothing)
+                # tiers took 0.11 s more and found nothing); so the tail split (varied seed 10, 128
+                # layers: it proves the plan, the tiers took 0.16 s more before it)
                 self.join_splits()
-                if not self.union_proves(q):
+                if tail and not self.union_proves(q):
+                    self.tail_split(q)
+                if self.tail_proof is None and not self.union_proves(q):
                     better = _tier_neighbourhood(built, q, self.costs, self.hardware, self.left(),
                                                  gap=RENS_GAP * self.rel_gap)
                     if better is not None and better.predicted_step_time_s < q.predicted_step_time_s:
@@ -2209,17 +2231,20 @@ class _Solve:
         if self.union_proves(self.incumbent):
             self.pair_proof = self.proved_by_union("pair_lps")
 
-    def tail_split(self):
-        """Once per incumbent, after the depth split is joined: each half of the union LP that
-        leaves room below the incumbent (by ``rel_gap``) and keeps part of a tail layer resident
-        split on the resident tail (``_tail_split``; the halves side by side). A half it rules
-        out gets the bar as its bound; where every half is ruled out, that proves the incumbent
-        (``tail_proof``). Varied instances at 128 layers, seeds 10, 17 and 35: the union LP and its
-        halves 0.4-1.1 % below the first neighbourhood's plan, the tail split proves it (before,
-        the roots on the halves after the other neighbourhoods, 11-13 s, or the time limit)."""
-        incumbent = self.incumbent
-        if not self.neighbourhoods_open() or not self.union_basis or not self.union_built.r or \
-                self.tail_split_for is incumbent:
+    def tail_split(self, plan=None):
+        """Once per plan (the faster of ``plan`` and the incumbent), after the depth split is
+        joined: each half of the union LP that leaves room below it (by ``rel_gap``) and keeps part
+        of a tail layer resident split on the resident tail (``_tail_split``; the halves side by
+        side). A half it rules out gets the bar as its bound; where every half is ruled out, that
+        proves the plan (``tail_proof``). Varied instances at 128 layers, seeds 10, 17 and 35: the
+        union LP and its halves 0.4-1.1 % below the first neighbourhood's plan, the tail split
+        proves it (before, the roots on the halves after the other neighbourhoods, 11-13 s, or the
+        time limit)."""
+        incumbent = min((p for p in (plan, self.incumbent) if p is not None),
+                        key=lambda p: p.predicted_step_time_s, default=None)
+        if incumbent is None or self.tail_proof is not None or not self.direct or not self.union_point or \
+                self.expired() or self.union_proves(incumbent) or not self.union_basis or \
+                not self.union_built.r or self.tail_split_for is incumbent:
             return
         self.join_splits()
         if not self.depth_bounds or self.union_proves(incumbent):
@@ -2230,8 +2255,8 @@ class _Solve:
         if not halves:
             return
         t = time.perf_counter()
-        futures = [_in_thread(_tail_split, self.union_built, self.arrays, self.union_basis[0], dw, bar,
-                              self.depth_points.get(dw), self.left()) for dw in halves]
+        futures = [_in_thread(_tail_split, self.union_built, self.arrays, self.depth_ends.get(dw, self.union_basis[0]),
+                              dw, bar, self.depth_points.get(dw), self.left()) for dw in halves]
         for dw, future in zip(halves, futures):
             if future.result():
                 self.depth_bounds[dw] = bar
@@ -2318,7 +2343,7 @@ class _Solve:
     def split_on_depth(self, background=True):
         """``_depth_split`` of the union LP, in a thread (or here, done); ``join_depth_split`` takes it."""
         self.depth_split = _timed(_depth_split, self.union_built, self.arrays, self.union_basis, self.depth_vertices,
-                                  background=background)
+                                  self.depth_ends, background=background)
         self.stats["lp_solves"] += 2
 
     def join_depth_split(self):
@@ -2344,7 +2369,7 @@ class _Solve:
                   if d not in self.rens_done and weight_depth in (None, d[0])), None)
         if d is None:
             return
-        q = self.rens_at(self.model_at(d), point)
+        q = self.rens_at(self.model_at(d), point, tail=True)
         if q is not None and (self.incumbent is None or q.predicted_step_time_s < self.incumbent.predicted_step_time_s):
             self.incumbent = q
         return d, q
@@ -2825,13 +2850,7 @@ def _decision_indices(built: Built) -> set:
     return {v.idx for group in DECISION_GROUPS for v in getattr(built, group).values()}
 
 
-# _rens stops at this fraction of rel_gap from its own bound. Its sub-MIPs find their plan early and
-# spend the rest proving it: varied seeds 10 and 17 at 128 layers had their plans (54.306 and 13.080
-# s in the model) at 0.8 and 1.1 s, within 0.65 and 0.70 % of the sub-MIP's bound, and stopped at
-# 2.2 and 2.6 s at 0.5. At 0.75 the varied 128-layer instances (seeds 0-39) took 137.6 s in all
-# against 149.4 s, 36 proved within 5 s against 34; four plans changed, each within its proof
-# (seed 10 0.09 % faster; seeds 6, 15 and 16 0.41, 0.17 and 0.21 % slower)
-RENS_GAP = 0.75
+RENS_GAP = 0.5        # _rens stops at this fraction of rel_gap from its own bound
 # ... or after this many nodes (in ``solve``): where the union LP's solution is fractional in many
 # binaries each node of the neighbourhood is slow, and its best plans come early (qwen2.5-3b shape
 # on an A100, 64 layers, 132 of 682 binaries free: 9.427 s after 20 nodes in 2.2 s, 9.410 s after

@@ -207,6 +207,7 @@ def test_tail_split_proves_a_plan_whose_bar_every_half_clears(plan, proved):
     run.depth_bounds, run.depth_points = dict(bounds), points
     run.depth_split = run.offload_split = None
     run.tail_proof = run.tail_split_for = None
+    run.depth_ends = {}
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=plan,
                                           replace=lambda **kw: types.SimpleNamespace(predicted_step_time_s=plan, **kw))
     run.tail_split()
