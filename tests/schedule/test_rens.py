@@ -399,7 +399,8 @@ def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.0)
     tried = []
 
-    def rens_at(built, point):
+    def rens_at(built, point, tail=False):
+        assert tail  # the union phase's neighbourhoods run the tail split for their plan
         run.rens_done.add(built)
         tried.append(built)
         return types.SimpleNamespace(predicted_step_time_s=9.0 if built == (2, 1) else 11.0)
@@ -539,8 +540,8 @@ def test_a_solve_without_a_start_takes_the_union_lps_first_neighbourhood(monkeyp
     runs, carried = [], []
     rens_at, depth_phase = milp._Solve.rens_at, milp._Solve.depth_phase
 
-    def recorded(self, *a):
-        runs.append((self.incumbent, rens_at(self, *a)))
+    def recorded(self, *a, **kw):
+        runs.append((self.incumbent, rens_at(self, *a, **kw)))
         return runs[-1][1]
     monkeypatch.setattr(milp._Solve, "rens_at", recorded)
     monkeypatch.setattr(milp._Solve, "depth_phase", lambda self: carried.append(self.carried) or depth_phase(self))
