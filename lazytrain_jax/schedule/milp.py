@@ -90,7 +90,10 @@ each) and solves the rest. More than ``NEIGHBOURHOODS_FIRST_GAPS`` rel_gaps from
 this comes before the searches at the other depth pairs (far from it, ``UNION_SEARCH_GAPS``, they
 are skipped), near it after them (and after each depth pair's own LP, where the union LP takes the
 activation depth and the residuals' staging in part: ``_Solve.pair_lps``); where no start fits,
-``_rens`` gives the first plan. Still unproved, HiGHS'
+``_rens`` gives the first plan. A half of the union LP that keeps part of a resident-tail layer
+is split on the number of resident layers (``_tail_split``: each count's LP by dual simplex,
+stopped once its bound passes the plan's ``rel_gap`` bar), right after the first neighbourhood
+and again before the roots. Still unproved, HiGHS'
 root alone runs on each half of the union model the split left open (``_half_roots``: the weight
 prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster: where
 none exists the half's depth pairs are ruled out (``_Solve.settle``; between
