@@ -2239,15 +2239,16 @@ class _Solve:
         joined: each half of the union LP that leaves room below it (by ``rel_gap``) and keeps part
         of a tail layer resident split on the resident tail (``_tail_split``; the halves side by
         side). A half it rules out gets the bar as its bound; where every half is ruled out, that
-        proves the plan (``tail_proof``). Varied instances at 128 layers, seeds 10, 17 and 35: the
-        union LP and its halves 0.4-1.1 % below the first neighbourhood's plan, the tail split
-        proves it (before, the roots on the halves after the other neighbourhoods, 11-13 s, or the
-        time limit)."""
+        proves the plan (``tail_proof``). Not for a plan that does not beat the cutoff. Varied
+        instances at 128 layers, seeds 10, 17 and 35: the union LP and its halves 0.4-1.1 % below
+        the first neighbourhood's plan, the tail split proves it (before, the roots on the halves
+        after the other neighbourhoods, 11-13 s, or the time limit)."""
         incumbent = min((p for p in (plan, self.incumbent) if p is not None),
                         key=lambda p: p.predicted_step_time_s, default=None)
         if incumbent is None or self.tail_proof is not None or not self.direct or not self.union_point or \
                 self.expired() or self.union_proves(incumbent) or not self.union_basis or \
-                not self.union_built.r or self.tail_split_for is incumbent:
+                not self.union_built.r or self.tail_split_for is incumbent or \
+                self.cutoff is not None and incumbent.predicted_step_time_s >= self.cutoff:
             return
         self.join_splits()
         if not self.depth_bounds or self.union_proves(incumbent):
@@ -2263,6 +2264,7 @@ class _Solve:
         for dw, future in zip(halves, futures):
             if future.result():
                 self.depth_bounds[dw] = bar
+        self.union = max(self.union, min(self.depth_bounds[dw] for dw in self.weights))
         self.stats["lp_s"] += time.perf_counter() - t
         self.stats["lp_solves"] += len(halves)
         if all(self.depth_bounds[dw] >= bar for dw in self.weights):

@@ -185,13 +185,13 @@ def test_tail_split_rules_out_a_half_below_its_least_lp_over_the_resident_count(
         assert not milp._tail_split(union, arrays, basis[0], dw, least * (1 + 1e-3), points.get(dw))
 
 
-@pytest.mark.parametrize("plan,proved", [(2.3636, True), (2.3700, False)])
-def test_tail_split_proves_a_plan_whose_bar_every_half_clears(plan, proved):
+@pytest.mark.parametrize("plan,proved,cutoff", [(2.3636, True, None), (2.3700, False, None), (2.3636, False, 2.3636)])
+def test_tail_split_proves_a_plan_whose_bar_every_half_clears(plan, proved, cutoff):
     """``_Solve.tail_split`` on a 5-layer instance whose weight-depth-1 half (2.3350 s) keeps part
     of its tail resident, its least LP over the resident count 2.3427 s; the depth-2 half is
     2.3538 s. A plan of 2.3636 s (bar 2.3400 s at 1 %) is proved: the depth-1 half is ruled out
     by the split, the depth-2 half by its own bound. At 2.3700 s (bar 2.3463 s) the depth-1 half
-    stays open and nothing changes."""
+    stays open and nothing changes; nor where the plan does not beat the cutoff."""
     num_layers, seed, dev, host, nvme, bw = CASES[2]
     costs = instance(num_layers, seed)
     hw = hardware_for(costs, dev, host, nvme, bw)
@@ -201,7 +201,7 @@ def test_tail_split_proves_a_plan_whose_bar_every_half_clears(plan, proved):
     bounds, points = milp._depth_split(union, arrays, basis)
     assert bounds[1] < plan * 0.99 <= bounds[2]
     run = milp._Solve.__new__(milp._Solve)
-    run.rel_gap, run.cutoff, run.direct, run.deadline, run.t0 = 1e-2, None, True, math.inf, 0.0
+    run.rel_gap, run.cutoff, run.direct, run.deadline, run.t0 = 1e-2, cutoff, True, math.inf, 0.0
     run.union_built, run.arrays, run.union_basis, run.union_point = union, arrays, basis, [point]
     run.union, run.weights, run.stats = min(bounds.values()), [1, 2], {"lp_s": 0.0, "lp_solves": 0}
     run.depth_bounds, run.depth_points = dict(bounds), points
@@ -217,9 +217,10 @@ def test_tail_split_proves_a_plan_whose_bar_every_half_clears(plan, proved):
         assert run.depth_bounds[1] == pytest.approx(plan * 0.99)
     else:
         assert run.tail_proof is None and run.depth_bounds == bounds
-    assert run.stats["lp_solves"] == 1  # the depth-1 half only
+    ran = 0 if cutoff is not None else 1  # the depth-1 half only
+    assert run.stats["lp_solves"] == ran
     run.tail_split()  # once per incumbent
-    assert run.stats["lp_solves"] == 1
+    assert run.stats["lp_solves"] == ran
 
 
 @pytest.mark.parametrize("num_layers,seed,dev,host,nvme,bw", SPLIT_CASES[:3])
