@@ -1256,31 +1256,27 @@ def _in_thread(fn, *args) -> concurrent.futures.Future:
     return future
 
 
-def _parallel_lps(problems: list, points=None, bases=None, hot=None, ends=None) -> list:
+def _parallel_lps(problems: list, points=None, bases=None, hot=None) -> list:
     """``_highs_solve`` of each of ``problems`` (prepared arrays), side by side in threads (HiGHS
     releases the interpreter lock); ``points``: one list per problem for its solution, or None;
     ``bases``: one HiGHS basis per problem to start it from (``_hot_lp``), or None; ``hot``: one
-    list per problem, given True where its solution is the vertex reached from its basis; ``ends``:
-    one list per problem, given HiGHS' basis at that vertex."""
+    list per problem, given HiGHS' basis where its solution is the vertex reached from its basis."""
     points = points if points is not None else [None] * len(problems)
     bases = bases if bases is not None else [None] * len(problems)
     hot = hot if hot is not None else [None] * len(problems)
-    ends = ends if ends is not None else [None] * len(problems)
-    futures = [_in_thread(_highs_solve, problem, point) if basis is None else
-               _in_thread(_hot_lp, problem, basis, point, h, end)
-               for problem, point, basis, h, end in zip(problems, points, bases, hot, ends)]
+    futures = [_in_thread(_highs_solve, problem, point) if basis is None else _in_thread(_hot_lp, problem, basis, point, h)
+               for problem, point, basis, h in zip(problems, points, bases, hot)]
     return [f.result() for f in futures]
 
 
-def _hot_lp(problem, basis, point: list | None, hot: list | None = None, end: list | None = None):
+def _hot_lp(problem, basis, point: list | None, hot: list | None = None):
     """The LP of ``problem`` (prepared arrays) by dual simplex from ``basis`` (HiGHS' basis of a
     model with the same rows and columns and other bounds: the union LP's, for one of its halves),
     at most ``HOT_ITERATIONS`` iterations per row; where that does not end optimal or infeasible,
     ``_highs_solve`` from scratch. The value is the exact vertex optimum; ``point`` as in
-    ``_highs_solve`` (that vertex, or the interior point from scratch); ``hot``: if a list, True is
-    appended where the solution is the vertex; ``end``: if a list, HiGHS' basis at that vertex is
-    appended to it. Whether the fallback runs depends on the iteration count alone, not on the
-    machine's load."""
+    ``_highs_solve`` (that vertex, or the interior point from scratch); ``hot``: if a list, HiGHS'
+    basis at the vertex is appended where the solution is that vertex. Whether the fallback runs
+    depends on the iteration count alone, not on the machine's load."""
     import numpy as np
     hc = _highs_object()
     cost, args, const = problem
@@ -1298,9 +1294,7 @@ def _hot_lp(problem, basis, point: list | None, hot: list | None = None, end: li
             if point is not None:
                 point.append(np.array(h.getSolution().col_value))
             if hot is not None:
-                hot.append(True)
-            if end is not None and h.getBasis().valid:
-                end.append(h.getBasis())
+                hot.append(h.getBasis())
             return float(h.getInfo().objective_function_value) + const
     return _highs_solve(problem, point)
 
@@ -1332,13 +1326,13 @@ def _depth_split(union_built: Built, arrays, basis=None, vertices: set | None = 
     ``basis`` are added to it (the others' are interior points); ``ends``: if a dict, HiGHS' basis
     at each such vertex, by weight depth (``_tail_split`` starts from it)."""
     problems = [_half_problem(union_built, arrays, dw) for dw in (1, 2)]
-    points, hot, at_end = ([], []), ([], []), ([], [])
+    points, hot = ([], []), ([], [])
     # each half from the union LP's basis (_highs_solve's), where there is one (_hot_lp)
-    values = _parallel_lps(problems, points, [basis[0]] * len(problems) if basis else None, hot, at_end)
+    values = _parallel_lps(problems, points, [basis[0]] * len(problems) if basis else None, hot)
     if vertices is not None:
         vertices.update(dw for dw, h in zip((1, 2), hot) if h)
     if ends is not None:
-        ends.update((dw, e[0]) for dw, e in zip((1, 2), at_end) if e)
+        ends.update((dw, h[0]) for dw, h in zip((1, 2), hot) if h)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},
             {dw: pt[0] for dw, pt in zip((1, 2), points) if pt})
 
@@ -2172,13 +2166,21 @@ class _Solve:
             for dw, none_below in settled.items():
                 if none_below:
                     self.depth_bounds[dw] = bar  # the per-depth phase below skips this half's pairs
-            if all(self.depth_bounds[dw] >= bar for dw in self.weights):
-                self.stats["proof"] = "highs"
-                return incumbent.replace(name="milp", solver_status="optimal", gap=rel_gap,
-                                         solve_time_s=time.perf_counter() - self.t0)
+            plan = self.proved_at_bar(incumbent, bar, "highs")
+            if plan is not None:
+                return plan
         if self.union_proves(incumbent):
             return self.proved_by_union("union_lp")
         return None
+
+    def proved_at_bar(self, plan, bar, proof):
+        """``plan`` as proved within rel_gap where every half's bound (``depth_bounds``) has reached
+        ``bar`` (its value less rel_gap), ``proof`` recorded in ``stats``; else None."""
+        if not all(self.depth_bounds[dw] >= bar for dw in self.weights):
+            return None
+        self.stats["proof"] = proof
+        return plan.replace(name="milp", solver_status="optimal", gap=self.rel_gap,
+                            solve_time_s=time.perf_counter() - self.t0)
 
     def proved_by_union(self, proof):
         """The incumbent as the plan the union LP (as raised so far) proves, its gap against that
@@ -2267,10 +2269,7 @@ class _Solve:
         self.union = max(self.union, min(self.depth_bounds[dw] for dw in self.weights))
         self.stats["lp_s"] += time.perf_counter() - t
         self.stats["lp_solves"] += len(halves)
-        if all(self.depth_bounds[dw] >= bar for dw in self.weights):
-            self.stats["proof"] = "tail_split"
-            self.tail_proof = incumbent.replace(name="milp", solver_status="optimal", gap=self.rel_gap,
-                                                solve_time_s=time.perf_counter() - self.t0)
+        self.tail_proof = self.proved_at_bar(incumbent, bar, "tail_split")
 
     def tail_in_part(self, dw) -> bool:
         """Whether the solution of the union LP's half at weight depth ``dw`` keeps some tail layer
