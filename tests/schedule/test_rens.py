@@ -86,6 +86,17 @@ def test_rens_with_everything_fixed_returns_that_plan(monkeypatch):
     assert _decisions(plan) == _decisions(exact)
 
 
+def _split_case(case):
+    """(costs, hardware, build keywords) of a split test's case: an exhaustive-test case (every
+    layer may be resident) or "random" (8 layers, seed 7)."""
+    if case == "random":
+        costs, hw = _random_instance(8, 7)
+        return costs, hw, {}
+    num_layers, seed, dev, host, nvme, bw = case
+    costs = instance(num_layers, seed)
+    return costs, hardware_for(costs, dev, host, nvme, bw), dict(max_segment_length=4, max_resident_tail=num_layers)
+
+
 @pytest.mark.parametrize("start", ["scratch", "basis", "basis, capped"])
 @pytest.mark.parametrize("case", [CASES[0], CASES[2], "random"])
 def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatch, case, start):
@@ -93,14 +104,7 @@ def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatc
     scratch (the interior point) and from the union LP's basis (dual simplex, ``_hot_lp``): both
     give the same bounds (the interior point's at most its gap below), and where the simplex
     iterations run out the halves are solved from scratch instead, with the scratch values."""
-    if case == "random":
-        costs, hw = _random_instance(8, 7)
-        kw = {}
-    else:
-        num_layers, seed, dev, host, nvme, bw = case
-        costs, hw = instance(num_layers, seed), None
-        hw = hardware_for(costs, dev, host, nvme, bw)
-        kw = dict(max_segment_length=4, max_resident_tail=num_layers)
+    costs, hw, kw = _split_case(case)
     union, arrays, value, _ = _union_solution(costs, hw, **kw)
     scratch, _ = milp._depth_split(union, arrays)
     if start == "scratch":
@@ -153,14 +157,7 @@ def test_tail_split_rules_out_a_half_below_its_least_lp_over_the_resident_count(
     """``_tail_split`` rules a half out (True) for a bar below the least over k of its LPs with the
     resident tail fixed at k, and not for one above it; that least is at most every plan at the
     half's weight depth (exact optima by CBC), and at least the half's own LP."""
-    if case == "random":
-        costs, hw = _random_instance(8, 7)
-        kw = {}
-    else:
-        num_layers, seed, dev, host, nvme, bw = case
-        costs = instance(num_layers, seed)
-        hw = hardware_for(costs, dev, host, nvme, bw)
-        kw = dict(max_segment_length=4, max_resident_tail=num_layers)
+    costs, hw, kw = _split_case(case)
     union, arrays, _, _ = _union_solution(costs, hw, **kw)
     assert union.r  # a resident tail to split on
     basis = []
@@ -192,10 +189,8 @@ def test_tail_split_proves_a_plan_whose_bar_every_half_clears(plan, proved, cuto
     2.3538 s. A plan of 2.3636 s (bar 2.3400 s at 1 %) is proved: the depth-1 half is ruled out
     by the split, the depth-2 half by its own bound. At 2.3700 s (bar 2.3463 s) the depth-1 half
     stays open and nothing changes; nor where the plan does not beat the cutoff."""
-    num_layers, seed, dev, host, nvme, bw = CASES[2]
-    costs = instance(num_layers, seed)
-    hw = hardware_for(costs, dev, host, nvme, bw)
-    union, arrays, value, point = _union_solution(costs, hw, max_segment_length=4, max_resident_tail=num_layers)
+    costs, hw, kw = _split_case(CASES[2])
+    union, arrays, value, point = _union_solution(costs, hw, **kw)
     basis = []
     milp._highs_solve(arrays, [], basis)
     bounds, points = milp._depth_split(union, arrays, basis)
