@@ -544,11 +544,14 @@ def _counted_paths(fm):
                          if best[s][ts] is not None and ws_of[s][ts][j - s] <= cap * (1 + 1e-12)]
                 cur = np.full(shape, np.inf)
                 who, who_t = np.zeros(shape, dtype=np.int32), np.zeros(shape, dtype=np.int8)
+                # only counts up to j can be reached at boundary j (each boundary adds at most one):
+                # the cells beyond stay at inf, as every predecessor's are there
+                hj, dj = min(j + 1, shape[0]), min(j + 1, shape[1])
                 # a host boundary counts one more host slot, an interior device one a device slot
-                into = (slice(1, None), slice(None)) if t == 1 else (
-                    (slice(None), slice(1, None)) if j < L else (slice(None), slice(None)))
-                src = (slice(None, -1), slice(None)) if t == 1 else (
-                    (slice(None), slice(None, -1)) if j < L else (slice(None), slice(None)))
+                into = (slice(1, hj), slice(0, dj)) if t == 1 else (
+                    (slice(0, hj), slice(1, dj)) if j < L else (slice(0, hj), slice(0, dj)))
+                src = (slice(0, hj - 1), slice(0, dj)) if t == 1 else (
+                    (slice(0, hj), slice(0, dj - 1)) if j < L else (slice(0, hj), slice(0, dj)))
                 c_into, w_into, t_into = cur[into], who[into], who_t[into]   # views
                 for s, ts in preds:
                     cand = best[s][ts][src] + (prefix[j - 1] - prefix[s])
