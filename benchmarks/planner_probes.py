@@ -33,12 +33,15 @@
   leftover  in one process: the random row at 128 layers, then the qwen3-32b row at 64 layers twice,
             with the solve's leftover LP threads left at their niceness (``milp.LEFTOVER_NICE`` 0)
             and demoted (19), each sequence after every thread of the one before has ended
+  search    ``search.heuristic_plan`` (the solve's start, pure Python) on instances at --layers: "random"
+            (``instance``) or a varied seed (an integer): the median and spread of five runs, and the plan's
+            predicted step
   shapes    ``milp.solve`` on real model shapes at --layers layers (``shape_instances``: every model
             preset of 3-32B on each hardware preset, at the device's own memory and at a budget with
             room for a third of the boundaries; --seeds filters by label substring): seconds, gap, proof
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|shapes|shape-lps|pair-lps|
-     lp-paths|leftover] [--layers 64] [--depths 2 1]
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|search|shapes|
+     shape-lps|pair-lps|lp-paths|leftover] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
 
@@ -49,6 +52,7 @@ import dataclasses
 import math
 import random
 import re
+import statistics
 import time
 
 from lazytrain_jax.schedule import milp
@@ -260,6 +264,20 @@ def varied(args):
               f"room {scales['room']}", flush=True)
 
 
+def search_time(args):
+    from lazytrain_jax.schedule import search
+    for spec in args.seeds:
+        c, hw = instance(args.layers) if spec == "random" else varied_instance(int(spec), args.layers)[:2]
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            p = search.heuristic_plan(c, hw)
+            times.append(time.perf_counter() - t)
+        step = f"{p.predicted_step_time_s:.4f} s" if p is not None else "none fits"
+        print(f"search, {spec}, {args.layers} layers: median {statistics.median(times):.3f} s "
+              f"(min {min(times):.3f}, max {max(times):.3f}), plan {step}", flush=True)
+
+
 def varied_lps(args):
     for spec in args.seeds:
         c, hw, _ = varied_instance(int(spec), args.layers)
@@ -443,7 +461,7 @@ def leftover(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept",
-                                          "shapes", "shape-lps", "pair-lps", "lp-paths", "leftover"])
+                                          "search", "shapes", "shape-lps", "pair-lps", "lp-paths", "leftover"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
@@ -453,7 +471,7 @@ def main():
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
     {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
-     "varied-lps": varied_lps, "kept": kept, "shapes": shapes, "shape-lps": shape_lps, "pair-lps": pair_lps,
+     "varied-lps": varied_lps, "kept": kept, "search": search_time, "shapes": shapes, "shape-lps": shape_lps, "pair-lps": pair_lps,
      "lp-paths": lp_paths,
      "leftover": leftover}[args.probe](args)
 
