@@ -1313,8 +1313,7 @@ HALF_INTERIOR = True
 HALF_RETRY_GAPS = 5.0
 
 
-def _depth_split(union_built: Built, arrays, basis=None, vertices: set | None = None,
-                 ends: dict | None = None) -> tuple:
+def _depth_split(union_built: Built, arrays, basis=None, ends: dict | None = None) -> tuple:
     """The union relaxation's LP with its weight depth indicator fixed at 0 and at 1, solved in
     parallel (HiGHS releases the interpreter lock): ``({1: bound, 2: bound}, {1: solution, 2:
     solution})``, each bound one on every depth pair with that weight prefetch depth (-inf where
@@ -1322,15 +1321,13 @@ def _depth_split(union_built: Built, arrays, basis=None, vertices: set | None = 
     union LP equals the depth pair's own LP or lies a little below it (random 128-layer instance,
     seed 8: 36.437 s at weight depth 2, that pair's LP 36.437 s; 36.773 s at depth 1, its pairs'
     LPs 36.815 s and 36.898 s): two LPs on the model already built stand for four models to build
-    and solve. ``vertices``: if a set, the weight depths whose solution is the vertex reached from
-    ``basis`` are added to it (the others' are interior points); ``ends``: if a dict, HiGHS' basis
-    at each such vertex, by weight depth (``_tail_split`` starts from it)."""
+    and solve. ``ends``: if a dict, HiGHS' basis at each weight depth whose solution is the vertex
+    reached from ``basis``, by weight depth (the others' solutions are interior points;
+    ``_tail_split`` starts from these bases)."""
     problems = [_half_problem(union_built, arrays, dw) for dw in (1, 2)]
     points, hot = ([], []), ([], [])
     # each half from the union LP's basis (_highs_solve's), where there is one (_hot_lp)
     values = _parallel_lps(problems, points, [basis[0]] * len(problems) if basis else None, hot)
-    if vertices is not None:
-        vertices.update(dw for dw, h in zip((1, 2), hot) if h)
     if ends is not None:
         ends.update((dw, h[0]) for dw, h in zip((1, 2), hot) if h)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},
@@ -1889,7 +1886,7 @@ class _Solve:
         self.prebuilt = {}         # (dw, da) -> that depth pair's model, built by the union phase (_rens)
         self.depth_bounds = {}     # weight prefetch depth -> a bound on its depth pairs (_depth_split)
         self.depth_points = {}     # weight prefetch depth -> that bound's LP solution
-        self.depth_vertices = set()  # the weight depths whose depth_points are vertices (half_point)
+        self.depth_vertices = set()  # the weight depths whose depth_points are vertices (depth_ends' at the join; half_point)
         self.depth_ends = {}       # weight depth -> HiGHS' basis at that vertex (tail_split starts there)
         self.rens_done = set()     # the depth pairs rens_at has run at
         self.offload_split = None  # the offload split's future (start_offload_split), once started
@@ -2346,8 +2343,8 @@ class _Solve:
 
     def split_on_depth(self, background=True):
         """``_depth_split`` of the union LP, in a thread (or here, done); ``join_depth_split`` takes it."""
-        self.depth_split = _timed(_depth_split, self.union_built, self.arrays, self.union_basis, self.depth_vertices,
-                                  self.depth_ends, background=background)
+        self.depth_split = _timed(_depth_split, self.union_built, self.arrays, self.union_basis, self.depth_ends,
+                                  background=background)
         self.stats["lp_solves"] += 2
 
     def join_depth_split(self):
@@ -2358,6 +2355,7 @@ class _Solve:
         if self.depth_split is None or self.depth_bounds or self.union_proves(self.incumbent):
             return
         (self.depth_bounds, self.depth_points), seconds = self.depth_split.result()
+        self.depth_vertices = set(self.depth_ends)
         self.stats["lp_s"] += seconds
         self.union = max(self.union, min(self.depth_bounds[dw] for dw in self.weights))
 

@@ -116,9 +116,10 @@ def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatc
         assert value <= vertex_value <= value + 2 * milp.IPM_GAP * (1 + abs(value))
         if start == "basis, capped":
             monkeypatch.setattr(milp, "HOT_ITERATIONS", 1e-9)   # one iteration: never enough here
-        vertices = set()
-        bounds, points = milp._depth_split(union, arrays, basis, vertices)
+        ends = {}
+        bounds, points = milp._depth_split(union, arrays, basis, ends)
         # the halves that ended from the basis are marked: both (where feasible), none when capped
+        vertices = set(ends)
         assert vertices == (set() if start == "basis, capped" else {dw for dw in (1, 2) if math.isfinite(bounds[dw])})
         for dw in (1, 2):
             if start == "basis, capped":
@@ -342,8 +343,9 @@ def test_a_halfs_vertex_gives_way_to_its_interior_point():
     basis = []
     milp._highs_solve(arrays, [], basis)
     _, interior_points = milp._depth_split(union, arrays)
-    vertices = set()
-    _, points = milp._depth_split(union, arrays, basis, vertices)
+    ends = {}
+    _, points = milp._depth_split(union, arrays, basis, ends)
+    vertices = set(ends)
     assert vertices == {1} and set(points) == {1, 2}
     assert not numpy.allclose(points[1], interior_points[1])       # the vertex is not the interior point
     assert numpy.array_equal(points[2], interior_points[2])         # solved from scratch: the same point
