@@ -29,6 +29,9 @@ from lazytrain_jax.schedule.plan import Plan
 _OFF = ("host", "nvme")
 
 
+TIER_CACHE_ENTRIES = 200_000  # FastModel.try_tier's local parts kept (about 0.5 kB each)
+
+
 class FastModel:
     """Step time and peaks of a plan given as (tiers, keep, k), without building Items/Windows.
 
@@ -74,34 +77,38 @@ class FastModel:
         self.opt_due = [sum(due[:k + 1]) for k in range(self.F)]
         # where the device computes on the host's cores every load of a window runs in turn (steps.py)
         self.shared = hardware.host_shares_device
+        self._tier_cache = {}
 
     # ---- the item sequence and its windows (same as timing.items / timing.windows) --------------
 
     def forward_items(self, keep=None):
         L, w, g, fwd = self.L, self.w, self.g, self.fwd
         keep = [False] * L if keep is None else keep
-        # items: (compute, up_bytes, boundary_in, produces, grad_bytes, opt_unit, residual_down, residual_in)
-        seq = [(0.0, 0.0, None, None, 0.0, None, 0.0, 0.0), (0.0, 0.0, None, None, 0.0, None, 0.0, 0.0),
-               (fwd[0], w[0], None, 0, 0.0, 0, 0.0, 0.0)]
+        # items: (compute, up_bytes, boundary_in, produces, grad_bytes, opt_unit, residual_down, residual_in,
+        # boundary_in's tier)
+        seq = [(0.0, 0.0, None, None, 0.0, None, 0.0, 0.0, None), (0.0, 0.0, None, None, 0.0, None, 0.0, 0.0, None),
+               (fwd[0], w[0], None, 0, 0.0, 0, 0.0, 0.0, None)]
         for l in range(L):
-            seq.append((fwd[l + 1], w[l + 1], None, l + 1, 0.0, l + 1, self.R[l] if keep[l] == "host" else 0.0, 0.0))
-        seq.append((fwd[-1], w[-1], None, None, g[-1], L + 1, 0.0, 0.0))
+            seq.append((fwd[l + 1], w[l + 1], None, l + 1, 0.0, l + 1, self.R[l] if keep[l] == "host" else 0.0, 0.0,
+                        None))
+        seq.append((fwd[-1], w[-1], None, None, g[-1], L + 1, 0.0, 0.0, None))
         return seq
 
     def segment_items(self, s, e, tiers, keep, k):
         """Backward items of segment (s, e): recompute s..e-2, then backward e-1..s."""
         w, g, fwd = self.w, self.g, self.fwd
         resident_from = self.L - k
-        base = s if tiers[s] in _OFF else None
+        base, tier = (s, tiers[s]) if tiers[s] in _OFF else (None, None)
         out = []
         for j in range(s, e - 1):
             out.append((fwd[j + 1], 0.0 if j >= resident_from else w[j + 1], base if j == s else None, None, 0.0, None,
-                        0.0, 0.0))
+                        0.0, 0.0, tier if j == s else None))
         for l in range(e - 1, s - 1, -1):
             c = self.bwd[l + 1] if keep[l] else self.bwd_rc[l + 1]
             grads = g[l + 1] + (g[0] if l == 0 else 0.0)
-            out.append((c, 0.0 if l >= resident_from else w[l + 1], base if (l == s and e - s == 1) else None,
-                        None, grads, None, 0.0, self.R[l] if keep[l] == "host" else 0.0))
+            last = l == s and e - s == 1
+            out.append((c, 0.0 if l >= resident_from else w[l + 1], base if last else None,
+                        None, grads, None, 0.0, self.R[l] if keep[l] == "host" else 0.0, tier if last else None))
         return out
 
     def window(self, seq, k_, tiers) -> float:
@@ -113,9 +120,9 @@ class FastModel:
             nxt = seq[k_ + 1]
             up = nxt[1] + (A[nxt[2]] if nxt[2] is not None else 0.0) + nxt[7]
         if k_ + 2 < n:
-            b = seq[k_ + 2][2]
-            if b is not None and tiers[b] == "nvme":
-                read = A[b]
+            item = seq[k_ + 2]
+            if item[8] == "nvme":
+                read = A[item[2]]
         if k_ >= 1:
             prev = seq[k_ - 1]
             down = prev[4] + prev[6]
@@ -186,8 +193,63 @@ class FastModel:
             start = len(seq)
             seq.extend(self.segment_items(s, e, tiers, keep, k))
             block[s] = (start, len(seq), e)
-        seq.append((self.bwd[0], 0.0, None, None, 0.0, None, 0.0, 0.0))
+        seq.append((self.bwd[0], 0.0, None, None, 0.0, None, 0.0, 0.0, None))
         wc = [self.window(seq, j, tiers) for j in range(len(seq))]
+        return self._summed(tiers, keep, k, seq, wc, block)
+
+    def changed(self, st, tiers, keep):
+        """``state(tiers, keep, st["k"])``, the same numbers, built from ``st``: each changed
+        boundary's segments are rebuilt in turn and only the windows that read a changed item
+        (or a changed boundary's tier) are re-timed. Residual moves to or from the host change
+        forward items too and are built whole."""
+        old_keep = st["keep"]
+        if any((a == "host") != (b == "host") for a, b in zip(old_keep, keep)):
+            return self.state(tiers, keep, st["k"])
+        tiers, keep, k = list(tiers), list(keep), st["k"]
+        seq, wc, block = st["seq"][:], st["wc"][:], dict(st["block"])
+        cur = st["tiers"][:]
+        for l, pos in st["pos_b"].items():  # device residuals: only the backward item's compute
+            if bool(keep[l]) != bool(old_keep[l]):
+                seq[pos] = (self.bwd[l + 1] if keep[l] else self.bwd_rc[l + 1],) + seq[pos][1:]
+                wc[pos] = self.window(seq, pos, cur)
+        for i in range(1, self.L):
+            t = tiers[i]
+            if t == cur[i]:
+                continue
+            old = cur[i]
+            s = i - 1
+            while cur[s] == "drop":
+                s -= 1
+            if old != "drop":
+                e = block[i][2]
+                a, b = block[i][0], block[s][1]  # block of (i, e) comes first, then (s, i)
+            else:
+                a, b, e = block[s]
+            cur[i] = t
+            if t != "drop":
+                first = self.segment_items(i, e, cur, keep, k)
+                new_block = first + self.segment_items(s, i, cur, keep, k)
+            else:
+                new_block = self.segment_items(s, e, cur, keep, k)
+            n_new = len(new_block)
+            shift = n_new - (b - a)
+            seq[a:b] = new_block
+            wc[a:b] = [0.0] * n_new
+            if shift:
+                for key, (x, y, z) in block.items():
+                    if x >= b:
+                        block[key] = (x + shift, y + shift, z)
+            if t != "drop":
+                block[i] = (a, a + len(first), e)
+                block[s] = (a + len(first), a + n_new, i)
+            else:
+                block.pop(i, None)
+                block[s] = (a, a + n_new, e)
+            for j in list(range(max(0, a - 2), min(len(seq), a + n_new + 2))) + [3 + i, 4 + i]:
+                wc[j] = self.window(seq, j, cur)
+        return self._summed(tiers, keep, k, seq, wc, block)
+
+    def _summed(self, tiers, keep, k, seq, wc, block):
         pos_b = {}
         for s, (start, end, e) in block.items():
             for off, l in enumerate(range(e - 1, s - 1, -1)):
@@ -214,20 +276,53 @@ class FastModel:
         return self.base_mem + self.tail_mem[st["k"]] + st["dev"] + st["res"] + max(st["ws"].values(), default=0.0)
 
     def try_tier(self, st, i, t):
-        """(step time, device peak) after setting boundary i (1..L-1) to tier t, without rebuilding."""
+        """(step time, device peak) after setting boundary i (1..L-1) to tier t, without rebuilding.
+
+        The move's local part (the windows it changes: the rebuilt segments' and their neighbours',
+        and the two forward windows that send boundary i down) depends only on the items those
+        windows read; it is kept per the items and tiers it read (:meth:`_tier_local`), so a
+        greedy round re-times only the moves whose neighbourhood an earlier round changed. The
+        host optimizer's chain through the forward windows is global and replayed every time."""
         tiers = st["tiers"]
         old = tiers[i]
-        new_tiers = tiers[:]
-        new_tiers[i] = t
-        # segment range [s, e] that changes
-        kept_old = old != "drop"
-        if kept_old:
-            s = next(j for j in range(i - 1, -1, -1) if tiers[j] != "drop")
-            e = st["block"][i][2]
-            a, b = st["block"][i][0], st["block"][s][1]  # block of (i, e) comes first, then (s, i)
+        block = st["block"]
+        s = i - 1
+        while tiers[s] == "drop":
+            s -= 1
+        if old != "drop":
+            e = block[i][2]
+            a, b = block[i][0], block[s][1]  # block of (i, e) comes first, then (s, i)
         else:
-            s = next(j for j in range(i - 1, -1, -1) if tiers[j] != "drop")
-            a, b, e = st["block"][s]
+            a, b, e = block[s]
+        seq = st["seq"]
+        n, F = len(seq), self.F
+        # what the local part reads: the items around the rebuilt segments (each carries its
+        # boundary's tier), the forward items the two forward windows read, the tiers of the
+        # boundaries forward items send down (i's neighbours; the last ones where the segments
+        # border the forward pass)
+        key = (i, t, old, s, e, tiers[s], st["k"], tuple(st["keep"][s:e]), min(a - F, 4), min(n - b, 4),
+               tuple(seq[a - 4:a] + seq[b:b + 4] + seq[1 + i:7 + i]), tiers[i - 1], tiers[i + 1],
+               tuple(tiers[-3:]) if a - F < 4 else None)
+        local = self._tier_cache.get(key)
+        if local is None:
+            local = self._tier_local(st, i, t, s, e, a, b)
+            if len(self._tier_cache) >= TIER_CACHE_ENTRIES:
+                self._tier_cache.clear()
+            self._tier_cache[key] = local
+        new_fwd, old_bwd, new_bwd, new_ws = local
+        bwd = st["bwd"] - old_bwd + new_bwd
+        fwd = self._forward_changed(st, new_fwd)
+        total = fwd + bwd
+        ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
+        dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
+        peak = self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
+        return total, peak
+
+    def _tier_local(self, st, i, t, s, e, a, b):
+        """The local part of :meth:`try_tier`: ({forward window: new length}, the old and new
+        backward windows' sums (in window order), the rebuilt segments' working sets)."""
+        new_tiers = st["tiers"][:]
+        new_tiers[i] = t
         if t != "drop":
             new_block = (self.segment_items(i, e, new_tiers, st["keep"], st["k"])
                          + self.segment_items(s, i, new_tiers, st["keep"], st["k"]))
@@ -235,22 +330,21 @@ class FastModel:
         else:
             new_block = self.segment_items(s, e, new_tiers, st["keep"], st["k"])
             new_ws = [self._seg_ws(s, e, new_tiers)]
-        seq, wc = st["seq"], st["wc"]
-        seq2 = seq[:a] + new_block + seq[b:]
-        shift = len(new_block) - (b - a)
-        f_pos = {3 + i, 4 + i}  # forward windows that offload / write boundary i
-        lo, hi = max(0, a - 2), min(len(seq), b + 2)
-        old_idx = set(range(lo, hi)) | f_pos
-        new_idx = set(range(lo, min(len(seq2), b + 2 + shift))) | f_pos
-        F = self.F
-        new = {j: self.window(seq2, j, new_tiers) for j in new_idx}
-        bwd = st["bwd"] - sum(wc[j] for j in old_idx if j >= F) + sum(v for j, v in new.items() if j >= F)
-        fwd = self._forward_changed(st, new)
-        total = fwd + bwd
-        ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
-        dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
-        peak = self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
-        return total, peak
+        seq, wc, F = st["seq"], st["wc"], self.F
+        seq2 = seq[a - 4:a] + new_block + seq[b:b + 4]  # what the changed windows read
+        off = a - 4
+        lo = max(0, a - 2)
+        f_pos = (3 + i, 4 + i)  # forward windows that offload / write boundary i
+        new_fwd = {j: self.window(seq, j, new_tiers) for j in f_pos}
+        old_bwd = sum(wc[j] for j in range(lo, min(len(seq), b + 2)) if j >= F)
+        new_bwd = 0.0
+        for j in range(lo, min(len(seq), b + 2) + len(new_block) - (b - a)):
+            v = self.window(seq2, j - off, new_tiers)
+            if j >= F:
+                new_bwd += v
+            else:
+                new_fwd[j] = v
+        return new_fwd, old_bwd, new_bwd, new_ws
 
     def residual_bytes(self, keep) -> float:
         """Device bytes of kept residuals: on device, and (depth 1) twice the largest on the host."""
@@ -284,7 +378,7 @@ class FastModel:
         on_host = self.R[l] if value == "host" else 0.0
         seq[f] = seq[f][:6] + (on_host,) + seq[f][7:]
         c = self.bwd[l + 1] if value else self.bwd_rc[l + 1]
-        seq[b] = (c,) + seq[b][1:7] + (on_host,)
+        seq[b] = (c,) + seq[b][1:7] + (on_host,) + seq[b][8:]
         wc, F = st["wc"], self.F
         new = {j: self.window(seq, j, st["tiers"]) for j in (f + 1, b - 1, b) if 0 <= j < len(seq)}
         bwd = st["bwd"] + sum(v - wc[j] for j, v in new.items() if j >= F)
@@ -615,7 +709,7 @@ def _toggle_residuals(fm, st, l):
     """``st`` with layer ``l``'s keep-residuals decision flipped."""
     keep = st["keep"][:]
     keep[l] = not keep[l]
-    return fm.state(st["tiers"], keep, st["k"])
+    return fm.changed(st, st["tiers"], keep)
 
 
 def _host_residual_values(fm, st, l):
@@ -629,7 +723,7 @@ def _host_residual_values(fm, st, l):
 def _apply_tier(fm, st, i, t):
     tiers = st["tiers"][:]
     tiers[i] = t
-    return fm.state(tiers, st["keep"], st["k"])
+    return fm.changed(st, tiers, st["keep"])
 
 
 def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False, offload: bool = False):
@@ -697,6 +791,7 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False,
         tiers, keep, k = st["tiers"][:], st["keep"][:], st["k"]
         touched = []
         cap = max(1, L // (2 * fm.S + 4))
+        probe = None
         num_tier = 0
         for _, kind, i, t in scored:
             if kind == "tail":
@@ -710,18 +805,23 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False,
                 keep[i] = False
                 need -= fm.R[i]
             else:
-                probe = dict(st, tiers=tiers, host=sum(a for a, x in zip(fm.A, tiers) if x == "host")
-                             + fm.host_residual_bytes(keep),
-                             nvme=sum(a for a, x in zip(fm.A, tiers) if x == "nvme"), num_nvme=tiers.count("nvme"))
-                if num_tier >= cap or not _tier_move_ok(fm, probe, i, t, host_cap):
+                if num_tier >= cap:
+                    continue
+                if probe is None:  # the capacities as the moves taken so far leave them
+                    probe = dict(st, tiers=tiers, host=sum(a for a, x in zip(fm.A, tiers) if x == "host")
+                                 + fm.host_residual_bytes(keep),  # (residual moves leave the host's alone)
+                                 nvme=sum(a for a, x in zip(fm.A, tiers) if x == "nvme"),
+                                 num_nvme=tiers.count("nvme"))
+                if not _tier_move_ok(fm, probe, i, t, host_cap):
                     continue
                 tiers[i] = t
+                probe = None
                 num_tier += 1
                 need -= fm.A[i] if t != "drop" else 0.0
             touched.append(i)
             if need <= 0:
                 break
-        st = fm.state(tiers, keep, k)
+        st = fm.changed(st, tiers, keep) if k == st["k"] else fm.state(tiers, keep, k)
     if fm.peak_of(st) > budget:
         return None
     # spend the slack: residuals (independent windows: add in order of saving per byte) and tail
@@ -743,7 +843,7 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False,
                 room -= fm.R[l]
                 changed = True
         if changed:
-            st = fm.state(st["tiers"], keep, st["k"])
+            st = fm.changed(st, st["tiers"], keep)
         if st["k"] < fm.K:
             up = fm.state(st["tiers"], st["keep"], st["k"] + 1)
             if fm.peak_of(up) <= budget and up["total"] < st["total"] - 1e-12:
@@ -794,7 +894,7 @@ def _room_moves(fm, st, evals, better):
             tiers = _make_room(fm, st, order, need)
             if tiers is None or not evals.spend(8):
                 continue
-            other = fm.state(tiers, keep, st["k"])
+            other = fm.changed(st, tiers, keep)
             if fm.peak_of(other) <= budget and fm.host_bytes(tiers, keep) <= fm.hw.host_memory \
                     and fm.nvme_bytes(tiers) <= fm.hw.nvme_memory and better(other["total"]) \
                     and (best is None or (other["total"], other["host"]) < (best["total"], best["host"])):

@@ -82,6 +82,46 @@ def test_incremental_models_equal_timing_and_memory(num_layers, shared):
             assert host == pytest.approx(memory.host_peak_bytes(costs, _probe(tiers, changed, k)), rel=1e-12)
 
 
+@pytest.mark.parametrize("num_layers,shared", [(9, False), (24, False), (9, True)])
+def test_changed_states_and_kept_tier_moves_equal_whole_ones(num_layers, shared):
+    # a walk of small changes (tier moves, adjacent ones too, and device residual toggles): the
+    # state built from the last one equals the one built whole, number for number, and every
+    # tier move timed from the kept local parts equals one timed with nothing kept
+    hw = Hardware.preset("h800", device_memory=70e9, **(dict(host_shares_device=True, host_opt_rate=1e9) if shared else {}))
+    rng = random.Random(num_layers)
+    costs = _heterogeneous_costs(rng, num_layers)
+    L = num_layers
+    fm = search.FastModel(costs, hw, max_segment_length=L, max_resident_tail=L)
+    fresh = search.FastModel(costs, hw, max_segment_length=L, max_resident_tail=L)
+    options = lambda i: ["device", "host", "drop"] + (["nvme"] if i <= L - 3 else [])
+    tiers = ["device"] + [rng.choice(options(i)) for i in range(1, L)] + ["device"]
+    keep = [("host" if rng.random() < 0.2 and l <= L - 2 else rng.random() < 0.3) for l in range(L)]
+    st = fm.state(tiers, keep, rng.randint(0, L))
+    hits = 0
+    for step in range(40):
+        tiers, keep = st["tiers"][:], st["keep"][:]
+        first = rng.randint(1, L - 1)
+        for i in {first, min(L - 1, first + rng.randint(0, 1))}:
+            tiers[i] = rng.choice(options(i))
+        l = rng.randrange(L)
+        if keep[l] != "host" and step % 2:
+            keep[l] = not keep[l]
+        st = fm.changed(st, tiers, keep)
+        whole = fm.state(tiers, keep, st["k"])
+        assert st.keys() == whole.keys()
+        for key in whole:
+            assert st[key] == whole[key], key
+        before, calls = len(fm._tier_cache), 0
+        for i in range(1, L):
+            for t in options(i):
+                if t != tiers[i]:
+                    fresh._tier_cache.clear()
+                    assert fm.try_tier(st, i, t) == fresh.try_tier(st, i, t)
+                    calls += 1
+        hits += calls - (len(fm._tier_cache) - before)
+    assert hits > 5 * L  # many moves were timed from kept parts (141 of 9 x 40 at 9 layers)
+
+
 def test_search_plan_is_in_the_milp_space_and_near_optimal():
     hw = Hardware.preset("h800", device_memory=70e9, host_memory=15e9, nvme_memory=32e9)
     costs = analytic_costs(get_preset("dense-27b", num_layers=28), batch_size=72, seq_len=1024,
