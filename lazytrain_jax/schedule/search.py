@@ -637,7 +637,7 @@ def _counted_paths(fm):
                 preds = [(s, ts) for s in range(max(0, j - S), j) for ts in (0, 1)
                          if best[s][ts] is not None and ws_of[s][ts][j - s] <= cap * (1 + 1e-12)]
                 cur = np.full(shape, np.inf)
-                who, who_t = np.zeros(shape, dtype=np.int32), np.zeros(shape, dtype=np.int8)
+                who = np.zeros(shape, dtype=np.int32)  # the predecessor: 2 s + ts
                 # only counts up to j can be reached at boundary j (each boundary adds at most one):
                 # the cells beyond stay at inf, as every predecessor's are there
                 hj, dj = min(j + 1, shape[0]), min(j + 1, shape[1])
@@ -646,15 +646,16 @@ def _counted_paths(fm):
                     (slice(0, hj), slice(1, dj)) if j < L else (slice(0, hj), slice(0, dj)))
                 src = (slice(0, hj - 1), slice(0, dj)) if t == 1 else (
                     (slice(0, hj), slice(0, dj - 1)) if j < L else (slice(0, hj), slice(0, dj)))
-                c_into, w_into, t_into = cur[into], who[into], who_t[into]   # views
+                c_into, w_into = cur[into], who[into]   # views
+                cand = np.empty_like(c_into)
+                better = np.empty(c_into.shape, dtype=bool)
                 for s, ts in preds:
-                    cand = best[s][ts][src] + (prefix[j - 1] - prefix[s])
-                    better = cand < c_into
-                    c_into[better] = cand[better]
-                    w_into[better] = s
-                    t_into[better] = ts
+                    np.add(best[s][ts][src], prefix[j - 1] - prefix[s], out=cand)
+                    np.less(cand, c_into, out=better)
+                    np.copyto(c_into, cand, where=better)
+                    np.copyto(w_into, 2 * s + ts, where=better)
                 best[j][t] = cur + (host[j] if t == 1 else 0.0)
-                arg[j][t] = (who, who_t)
+                arg[j][t] = who
         end = best[L][0]
         for flat in np.argsort(end, axis=None, kind="stable")[:3]:
             h, d = np.unravel_index(flat, shape)
@@ -664,7 +665,7 @@ def _counted_paths(fm):
             j, t = L, 0
             while j > 0:
                 tiers[j] = "device" if t == 0 else "host"
-                s_, ts = int(arg[j][t][0][h, d]), int(arg[j][t][1][h, d])
+                s_, ts = divmod(int(arg[j][t][h, d]), 2)
                 h, d = h - (t == 1), d - (t == 0 and j < L)
                 j, t = s_, ts
             tiers[0] = "device"
