@@ -337,6 +337,8 @@ class FastModel:
         off = a - 4
         lo = max(0, a - 2)
         f_pos = (3 + i, 4 + i)  # forward windows that offload / write boundary i
+        # (where one of them reads a rebuilt item, i.e. 6 + i >= a, it is at or past lo and timed
+        # again from seq2 below)
         new_fwd = {j: self.window(seq, j, new_tiers) for j in f_pos}
         old_bwd = sum(wc[j] for j in range(lo, min(len(seq), b + 2)) if j >= F)
         new_bwd = 0.0
