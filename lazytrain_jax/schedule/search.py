@@ -210,6 +210,7 @@ class FastModel:
         tiers, keep, k = list(tiers), list(keep), st["k"]
         seq, wc, block = st["seq"][:], st["wc"][:], dict(st["block"])
         cur = st["tiers"][:]
+        assert (tiers[0], tiers[-1]) == (cur[0], cur[-1]), "the first and last boundaries never move"
         for l, pos in st["pos_b"].items():  # device residuals: only the backward item's compute
             if bool(keep[l]) != bool(old_keep[l]):
                 seq[pos] = (self.bwd[l + 1] if keep[l] else self.bwd_rc[l + 1],) + seq[pos][1:]
