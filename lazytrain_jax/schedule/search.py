@@ -631,36 +631,37 @@ def _counted_paths(fm):
         num_d = int(min(L - 1, room // unit))
         shape = (num_h + 1, num_d + 1)
         best = [[None, None] for _ in range(L + 1)]
-        arg = [[None, None] for _ in range(L + 1)]
+        low = [[None, None] for _ in range(L + 1)]  # a host boundary's least path before its own cost
+
+        def preds_of(j):  # every predecessor (s, ts) of boundary j, in order
+            return [(s, ts) for s in range(max(0, j - S), j) for ts in (0, 1)
+                    if best[s][ts] is not None and ws_of[s][ts][j - s] <= cap * (1 + 1e-12)]
+
+        def shifts(j, t):  # a host boundary counts one more host slot, an interior device one a device slot
+            return (1, 0) if t == 1 else ((0, 1) if j < L else (0, 0))
+
         best[0][0] = np.full(shape, np.inf)
         best[0][0][0, 0] = 0.0
         for j in range(1, L + 1):
             for t in (0, 1):
                 if t == 1 and (j == L or host[j] is None or num_h == 0):
                     continue
-                # every predecessor (s, ts) in order; the first of equal minima wins (strict <)
-                preds = [(s, ts) for s in range(max(0, j - S), j) for ts in (0, 1)
-                         if best[s][ts] is not None and ws_of[s][ts][j - s] <= cap * (1 + 1e-12)]
                 cur = np.full(shape, np.inf)
-                who = np.zeros(shape, dtype=np.int32)  # the predecessor: 2 s + ts
                 # only counts up to j can be reached at boundary j (each boundary adds at most one):
                 # the cells beyond stay at inf, as every predecessor's are there
                 hj, dj = min(j + 1, shape[0]), min(j + 1, shape[1])
-                # a host boundary counts one more host slot, an interior device one a device slot
-                into = (slice(1, hj), slice(0, dj)) if t == 1 else (
-                    (slice(0, hj), slice(1, dj)) if j < L else (slice(0, hj), slice(0, dj)))
-                src = (slice(0, hj - 1), slice(0, dj)) if t == 1 else (
-                    (slice(0, hj), slice(0, dj - 1)) if j < L else (slice(0, hj), slice(0, dj)))
-                c_into, w_into = cur[into], who[into]   # views
+                dh, dd = shifts(j, t)
+                src = (slice(0, hj - dh), slice(0, dj - dd))
+                c_into = cur[dh:hj, dd:dj]   # a view
                 cand = np.empty_like(c_into)
-                better = np.empty(c_into.shape, dtype=bool)
-                for s, ts in preds:
+                for s, ts in preds_of(j):
                     np.add(best[s][ts][src], prefix[j - 1] - prefix[s], out=cand)
-                    np.less(cand, c_into, out=better)
-                    np.copyto(c_into, cand, where=better)
-                    np.copyto(w_into, 2 * s + ts, where=better)
-                best[j][t] = cur + (host[j] if t == 1 else 0.0)
-                arg[j][t] = who
+                    np.minimum(c_into, cand, out=c_into)
+                if t == 1:
+                    low[j][t] = cur
+                    best[j][t] = cur + host[j]
+                else:
+                    best[j][t] = cur
         end = best[L][0]
         for flat in np.argsort(end, axis=None, kind="stable")[:3]:
             h, d = np.unravel_index(flat, shape)
@@ -670,9 +671,13 @@ def _counted_paths(fm):
             j, t = L, 0
             while j > 0:
                 tiers[j] = "device" if t == 0 else "host"
-                s_, ts = divmod(int(arg[j][t][h, d]), 2)
-                h, d = h - (t == 1), d - (t == 0 and j < L)
-                j, t = s_, ts
+                # the path's predecessor: the first, in the program's order, whose path gives the
+                # least (the one a strict < keeps), found again from the same sums
+                target = (low if t == 1 else best)[j][t][h, d]
+                dh, dd = shifts(j, t)
+                h, d = h - dh, d - dd
+                j, t = next((s, ts) for s, ts in preds_of(j)
+                            if best[s][ts][h, d] + (prefix[j - 1] - prefix[s]) == target)
             tiers[0] = "device"
             if fm.fits(tiers, keep, 0):
                 timed.append((fm.step_time(tiers, keep, 0), len(timed), tiers))
