@@ -119,7 +119,7 @@ def test_changed_states_and_kept_tier_moves_equal_whole_ones(num_layers, shared)
                     assert fm.try_tier(st, i, t) == fresh.try_tier(st, i, t)
                     calls += 1
         hits += calls - (len(fm._tier_cache) - before)
-    assert hits > 5 * L  # many moves were timed from kept parts (141 of 9 x 40 at 9 layers)
+    assert hits > 5 * L  # many moves were timed from kept parts (141 at 9 layers)
 
 
 def test_search_plan_is_in_the_milp_space_and_near_optimal():
