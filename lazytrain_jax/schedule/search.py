@@ -219,21 +219,9 @@ class FastModel:
             t = tiers[i]
             if t == cur[i]:
                 continue
-            old = cur[i]
-            s = i - 1
-            while cur[s] == "drop":
-                s -= 1
-            if old != "drop":
-                e = block[i][2]
-                a, b = block[i][0], block[s][1]  # block of (i, e) comes first, then (s, i)
-            else:
-                a, b, e = block[s]
+            s, e, a, b = self._span(cur, block, i)
             cur[i] = t
-            if t != "drop":
-                first = self.segment_items(i, e, cur, keep, k)
-                new_block = first + self.segment_items(s, i, cur, keep, k)
-            else:
-                new_block = self.segment_items(s, e, cur, keep, k)
+            new_block, n_first = self._rebuilt(s, i, e, cur, keep, k)
             n_new = len(new_block)
             shift = n_new - (b - a)
             seq[a:b] = new_block
@@ -243,8 +231,8 @@ class FastModel:
                     if x >= b:
                         block[key] = (x + shift, y + shift, z)
             if t != "drop":
-                block[i] = (a, a + len(first), e)
-                block[s] = (a + len(first), a + n_new, i)
+                block[i] = (a, a + n_first, e)
+                block[s] = (a + n_first, a + n_new, i)
             else:
                 block.pop(i, None)
                 block[s] = (a, a + n_new, e)
@@ -252,7 +240,31 @@ class FastModel:
                 wc[j] = self.window(seq, j, cur)
         return self._summed(tiers, keep, k, seq, wc, block)
 
+    def _span(self, tiers, block, i):
+        """(s, e, a, b) for a move of interior boundary i: the kept boundaries s before it and e
+        after it, and the positions [a, b) of the backward items the move rebuilds (the block of
+        (i, e), then that of (s, i), where i is kept; that of (s, e) where it is dropped)."""
+        s = i - 1
+        while tiers[s] == "drop":
+            s -= 1
+        if tiers[i] != "drop":
+            e = block[i][2]
+            return s, e, block[i][0], block[s][1]
+        a, b, e = block[s]
+        return s, e, a, b
+
+    def _rebuilt(self, s, i, e, tiers, keep, k):
+        """The backward items between kept boundaries s and e with boundary i at ``tiers[i]``:
+        those of (i, e) then of (s, i), or of (s, e) where i is dropped; and how many are (i, e)'s
+        (0 where dropped)."""
+        if tiers[i] == "drop":
+            return self.segment_items(s, e, tiers, keep, k), 0
+        first = self.segment_items(i, e, tiers, keep, k)
+        return first + self.segment_items(s, i, tiers, keep, k), len(first)
+
     def _summed(self, tiers, keep, k, seq, wc, block):
+        """The state of (tiers, keep, k) from its items, their windows' lengths and its segments'
+        blocks (what :meth:`state` and :meth:`changed` share)."""
         pos_b = {}
         for s, (start, end, e) in block.items():
             for off, l in enumerate(range(e - 1, s - 1, -1)):
@@ -288,15 +300,7 @@ class FastModel:
         host optimizer's chain through the forward windows is global and replayed every time."""
         tiers = st["tiers"]
         old = tiers[i]
-        block = st["block"]
-        s = i - 1
-        while tiers[s] == "drop":
-            s -= 1
-        if old != "drop":
-            e = block[i][2]
-            a, b = block[i][0], block[s][1]  # block of (i, e) comes first, then (s, i)
-        else:
-            a, b, e = block[s]
+        s, e, a, b = self._span(tiers, st["block"], i)
         seq = st["seq"]
         n, F = len(seq), self.F
         # what the local part reads: the items around the rebuilt segments (each carries its
@@ -326,13 +330,9 @@ class FastModel:
         backward windows' sums (in window order), the rebuilt segments' working sets)."""
         new_tiers = st["tiers"][:]
         new_tiers[i] = t
-        if t != "drop":
-            new_block = (self.segment_items(i, e, new_tiers, st["keep"], st["k"])
-                         + self.segment_items(s, i, new_tiers, st["keep"], st["k"]))
-            new_ws = [self._seg_ws(i, e, new_tiers), self._seg_ws(s, i, new_tiers)]
-        else:
-            new_block = self.segment_items(s, e, new_tiers, st["keep"], st["k"])
-            new_ws = [self._seg_ws(s, e, new_tiers)]
+        new_block, _ = self._rebuilt(s, i, e, new_tiers, st["keep"], st["k"])
+        new_ws = ([self._seg_ws(i, e, new_tiers), self._seg_ws(s, i, new_tiers)] if t != "drop"
+                  else [self._seg_ws(s, e, new_tiers)])
         seq, wc, F = st["seq"], st["wc"], self.F
         seq2 = seq[a - 4:a] + new_block + seq[b:b + 4]  # what the changed windows read
         off = a - 4
