@@ -32,9 +32,12 @@ def make_temp_dir(parent: str, name: str) -> str:
     return tmp
 
 
-def check_writable_file_path(path: str | os.PathLike) -> str:
-    """Raises (naming the path) unless ``path`` can be written as a file: its directory exists and
-    it is not itself a directory. Returns the path as a string.
+def check_writable_file_path(path: str | os.PathLike, *, probe: bool = True) -> str:
+    """Raises (naming the path) unless ``path`` can be written as a file: its directory exists, a
+    file can be made there (tried: an empty probe file, removed at once; permission bits alone do
+    not tell, e.g. for root, on a read-only mount or in /proc) and it is not itself a directory.
+    Returns the path as a string. ``probe=False``: the probe file left to the caller (``atomic_path``
+    makes its temporary file there next, which fails the same way).
 
     Example:
       >>> check_writable_file_path("out/plan.json")   # before an expensive computation
@@ -47,7 +50,20 @@ def check_writable_file_path(path: str | os.PathLike) -> str:
         raise IsADirectoryError(f"cannot write {path}: it is a directory; give a file name")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise PermissionError(f"cannot write {path}: no write permission in {directory}")
+    if probe:
+        os.remove(_temp_file(path, directory, ".probe-"))
     return path
+
+
+def _temp_file(path: str, directory: str, kind: str) -> str:
+    """A new empty file ``directory/.<name><kind>XXXX``; where none can be made, an OSError naming
+    ``path`` and the reason (not the temporary name)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}{kind}", dir=directory)
+    except OSError as e:
+        raise PermissionError(f"cannot write {path}: {e.strerror or e} in {directory}") from None
+    os.close(fd)
+    return tmp
 
 
 @contextlib.contextmanager
@@ -60,10 +76,9 @@ def atomic_path(path: str | os.PathLike):
       >>> with atomic_path("plan.json") as tmp:
       ...     open(tmp, "w").write(text)
     """
-    path = check_writable_file_path(path)
+    path = check_writable_file_path(path, probe=False)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=directory)
-    os.close(fd)
+    tmp = _temp_file(path, directory, ".tmp-")
     try:
         os.chmod(tmp, 0o666 & ~current_umask())
         yield tmp

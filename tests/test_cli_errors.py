@@ -48,6 +48,16 @@ def test_errors_exit_1_and_name_the_problem(tmp_path, capsys, no_solving, argv, 
     assert sorted(os.listdir(tmp_path)) == before
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("option", ["--out", "--trace", "--png"])
+def test_a_directory_where_no_file_can_be_made_is_refused_before_solving(capsys, no_solving, option):
+    """/proc exists and its permission bits let root write, but no file can be made there: the
+    check tries one (and removes it), so the command stops before solving and names the path."""
+    assert cli.main(["plan", "qwen3-debug", option, "/proc/p.json"]) == 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"lazytrain: error: cannot write /proc/p\.json: .+ in /proc\n", err), err
+
+
 @pytest.mark.parametrize("argv, match", [
     (["plan", "qwen3-debug", "--rel-gap", "-1"], r"--rel-gap=-1 must be a number in \[0, 1\)"),
     (["plan", "qwen3-debug", "--rel-gap", "5"], r"--rel-gap=5 must be a number in \[0, 1\)"),

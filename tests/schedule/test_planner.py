@@ -220,6 +220,16 @@ def test_plan_save_is_atomic(tmp_path, monkeypatch):
         heuristics.full_recompute(synthetic_costs(num_layers=4, weight_bytes=1e6, boundary_bytes=1e5, fwd_time=1e-3), hw).save(path)
     assert path.read_text() == before
     assert os.listdir(tmp_path) == ["plan.json"]
+    # a directory whose permission bits let root write but where no file can be made: the error
+    # names the path asked for, not the temporary file's name
+    monkeypatch.undo()
+    if os.path.isdir("/proc/self"):
+        with pytest.raises(PermissionError, match=r"^cannot write /proc/plan\.json: .+ in /proc$"):
+            plan.save("/proc/plan.json")
+        with pytest.raises(PermissionError, match=r"^cannot write /proc/plan\.json: .+ in /proc$"):
+            atomic.check_writable_file_path("/proc/plan.json")
+    assert atomic.check_writable_file_path(tmp_path / "new.json") == str(tmp_path / "new.json")
+    assert os.listdir(tmp_path) == ["plan.json"]   # the probe file is gone
 
 
 def test_plan_residual_offload_option():
