@@ -66,6 +66,26 @@ def _temp_file(path: str, directory: str, kind: str) -> str:
     return tmp
 
 
+def unwritable_directory(directory: str | os.PathLike) -> str | None:
+    """Why ``directory`` cannot hold new files (made first, with its parents, where missing), or
+    None where it can: a probe file is made there and removed (permission bits alone do not tell,
+    e.g. for root, on a read-only mount or in /proc). Callers name their own field in the error.
+
+    Example:
+      >>> if (why := unwritable_directory(log_dir)) is not None:
+      ...     raise ValueError(f"log_dir={log_dir!r} is not writable: {why}")
+    """
+    directory = os.fspath(directory)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=directory)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        return str(e.strerror or e)
+    return None
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
     """Yields a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.

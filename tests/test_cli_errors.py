@@ -49,6 +49,27 @@ def test_errors_exit_1_and_name_the_problem(tmp_path, capsys, no_solving, argv, 
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("argv, match", [
+    (["demo", "--out", "/proc/demo"], r"--out /proc/demo: not a writable directory \(.+\)"),
+    (["profile", "qwen3-debug", "--out", "/proc/p.json"], r"cannot write /proc/p\.json: .+ in /proc"),
+])
+def test_unwritable_outputs_of_demo_and_profile_are_refused_first(capsys, monkeypatch, argv, match):
+    """Refused before any work: the demo's output directory, the profile's --out file."""
+    import lazytrain_jax as lt
+    from lazytrain_jax.train import demo
+
+    def refuse(*a, **k):
+        raise AssertionError("the work ran before the output path was checked")
+
+    monkeypatch.setattr(demo, "auto_plan", refuse, raising=False)
+    monkeypatch.setattr(lt, "profile", refuse)
+    monkeypatch.setattr(lt, "init_model", refuse)
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"lazytrain: error: " + match + r"\n", err), err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
 @pytest.mark.parametrize("option", ["--out", "--trace", "--png"])
 def test_a_directory_where_no_file_can_be_made_is_refused_before_solving(capsys, no_solving, option):
     """/proc exists and its permission bits let root write, but no file can be made there: the

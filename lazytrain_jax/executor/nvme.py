@@ -16,6 +16,8 @@ import zlib
 
 import numpy as np
 
+from lazytrain_jax.atomic import unwritable_directory
+
 
 class OffloadError(RuntimeError):
     """An NVMe offload file could not be written or read back intact."""
@@ -39,15 +41,9 @@ class NvmeStore:
         if directory is None:
             directory = tempfile.mkdtemp(prefix="lazytrain-nvme-")
         directory = os.fspath(directory)
-        try:
-            os.makedirs(directory, exist_ok=True)
-            probe = os.path.join(directory, f".probe-{os.getpid()}")
-            with open(probe, "wb") as f:
-                f.write(b"\0")
-            os.remove(probe)
-        except OSError as e:
-            raise OffloadError(f"offload_dir={directory!r} is not writable ({e.strerror or e}); give a "
-                               "writable directory on a local disk") from None
+        if (why := unwritable_directory(directory)) is not None:
+            raise OffloadError(f"offload_dir={directory!r} is not writable ({why}); give a "
+                               "writable directory on a local disk")
         self.directory = directory
         self.capacity_bytes = float(capacity_bytes)
         self._meta: dict[str, tuple] = {}

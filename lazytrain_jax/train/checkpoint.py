@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from lazytrain_jax.atomic import unwritable_directory
 from lazytrain_jax.model.container import NUMPY_DTYPES
 
 FORMAT_VERSION = 1
@@ -172,13 +173,8 @@ class CheckpointManager:
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
             raise ValueError(f"keep_last={keep_last!r} must be a positive integer")
         self.directory, self.keep_last = os.fspath(directory), keep_last
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".probe-", dir=self.directory)
-            os.close(fd)
-            os.remove(probe)
-        except OSError as e:
-            raise CheckpointError(f"checkpoint_dir={self.directory!r} is not writable: {e.strerror or e}") from None
+        if (why := unwritable_directory(self.directory)) is not None:
+            raise CheckpointError(f"checkpoint_dir={self.directory!r} is not writable: {why}")
         for name in os.listdir(self.directory):  # leftovers of writes cut short by a crash
             if name.startswith(".tmp-step_"):
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)

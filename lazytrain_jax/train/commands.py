@@ -138,7 +138,10 @@ def jax_platform() -> str:
 
 def _profile(args) -> int:
     import lazytrain_jax as lt
+    from lazytrain_jax.atomic import check_writable_file_path
 
+    if args.out:
+        check_writable_file_path(args.out)   # before profiling, not after
     model = lt.load_model(args.model) if os.path.isdir(args.model) else lt.init_model(args.model)
     costs, hw = lt.profile(model, args.batch_size, args.seq_len, num_micro_batches=args.num_micro_batches,
                            stream_dtype=args.stream_dtype, offload_dir=args.offload_dir,
@@ -164,8 +167,11 @@ def _export(args) -> int:
 
 
 def _demo(args) -> int:
+    from lazytrain_jax.atomic import unwritable_directory
     from lazytrain_jax.train.demo import run_demo
 
+    if (why := unwritable_directory(args.out)) is not None:   # named as the command's option
+        raise ValueError(f"--out {args.out}: not a writable directory ({why})")
     return run_demo(out_dir=args.out, steps=args.steps, seed=args.seed, num_eval=args.num_eval,
                     batch_size=args.batch_size, seq_len=args.seq_len, progress=not args.no_progress,
                     eval_every=args.eval_every)

@@ -137,7 +137,11 @@ class TrainConfig:
             try:
                 d = yaml.safe_load(text) or {}
             except yaml.YAMLError as e:
-                raise ValueError(f"{path}: not valid YAML: {e}") from None
+                # one line: the parser's problem and where (its own message spans several)
+                mark = getattr(e, "problem_mark", None)
+                where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+                problem = getattr(e, "problem", None) or " ".join(str(e).split())
+                raise ValueError(f"{path}{where}: not valid YAML ({problem})") from None
         else:
             try:
                 d = json.loads(text)

@@ -57,7 +57,9 @@ def run_demo(*, out_dir: str = "lazytrain-demo", steps: int | None = None, seed:
 
     t0 = time.perf_counter()
     steps = steps or DEMO_STEPS
-    os.makedirs(out_dir, exist_ok=True)
+    from lazytrain_jax.atomic import unwritable_directory
+    if (why := unwritable_directory(out_dir)) is not None:
+        raise ValueError(f"out_dir={out_dir!r} is not writable: {why}")
     tok = load_tokenizer(arithmetic_tokenizer(os.path.join(out_dir, "tokenizer")))
     train_rows, eval_rows = arithmetic_splits(seed=seed, num_eval=num_eval)
     train_file, eval_file = os.path.join(out_dir, "train.jsonl"), os.path.join(out_dir, "eval.jsonl")

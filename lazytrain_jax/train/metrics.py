@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from lazytrain_jax.schedule.trace import save_figure_png
-from lazytrain_jax.atomic import atomic_path, atomic_write_text
+from lazytrain_jax.atomic import atomic_path, atomic_write_text, unwritable_directory
 
 # Dense bf16 peak FLOP/s by jax ``device_kind`` substring (datasheets); MFU is reported only for these.
 PEAK_FLOPS = {"H100": 989e12, "H800": 989e12, "H200": 989e12, "A100": 312e12, "RTX 3090": 71e12,
@@ -71,7 +71,8 @@ class MetricsLog:
         self.records: list[dict] = []
         self.path = None
         if log_dir:
-            os.makedirs(log_dir, exist_ok=True)
+            if (why := unwritable_directory(log_dir)) is not None:
+                raise ValueError(f"log_dir={log_dir!r} is not writable: {why}")
             self.path = os.path.join(log_dir, "log.jsonl")
             if os.path.exists(self.path):  # resumed: keep the records up to the checkpoint's step
                 with open(self.path) as f:

@@ -58,10 +58,15 @@ def test_bad_inputs_exit_1_with_a_clear_message(workdir, capsys, tmp_path):
         (_config(d, vocab), ["--set", "train.setps=3"], "unknown config key 'train.setps'; did you mean 'train.steps'?"),
         (_config(d, vocab, plan={"device_memory": 1e5}), [], "plan infeasible"),
         (_config(d, vocab, train={"checkpoint_dir": str(d / "train.jsonl")}), [], "is not writable"),
+        (_config(d, vocab, train={"log_dir": str(d / "train.jsonl")}), [], "log_dir="),
     ]
+    not_yaml = tmp_path / "not.yaml"
+    not_yaml.write_text("model: qwen3-debug\ndata: {train_file: x\n")
+    cases.append((str(not_yaml), [], f"{not_yaml}:3:1: not valid YAML (expected ',' or '}}'"))
     for path, extra, message in cases:
         code, err = _run(capsys, "train", path, *extra)
         assert code == 1 and message in err and err.startswith("lazytrain: error:"), (message, err)
+        assert err.count("\n") == 1, err   # one line
     code, err = _run(capsys, "train", _config(d, vocab), "--set", "data.skip_bad_lines=true", "--set",
                      f"data.train_file={bad}", "--set", "train.steps=1")
     assert code == 0, err
