@@ -62,6 +62,11 @@ def run_config(cfg: TrainConfig, *, print_fn=print):
     d, o, p, t = cfg.data, cfg.optim, cfg.plan, cfg.train
     if d.train_file is None:
         raise ValueError("data.train_file is required (a MetaMathQA-format JSONL file)")
+    # an interval with nothing to do it on is a mistake in the config, not a no-op
+    if t.eval_every is not None and not d.eval_file:
+        raise ValueError(f"train.eval_every={t.eval_every} needs data.eval_file (held-out examples to evaluate)")
+    if t.checkpoint_every is not None and not t.checkpoint_dir:
+        raise ValueError(f"train.checkpoint_every={t.checkpoint_every} needs train.checkpoint_dir")
     tok_dir = d.tokenizer or cfg.model.path
     if tok_dir is None:
         raise ValueError("data.tokenizer is required when the model is a preset (no model directory to read it from)")

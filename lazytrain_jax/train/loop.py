@@ -161,6 +161,11 @@ def train(model, plan, data, *, optimizer=None, steps: int | None = None, epochs
     encoded, data_fingerprint = _encoded(data)
     for name, value in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every), ("keep_last", keep_last)):
         _check_positive(name, value)
+    # an interval with nothing to do it on is a mistake, not a no-op
+    if eval_every is not None and eval_data is None:
+        raise ValueError(f"eval_every={eval_every} needs eval_data (held-out examples to evaluate)")
+    if checkpoint_every is not None and not checkpoint_dir:
+        raise ValueError(f"checkpoint_every={checkpoint_every} needs checkpoint_dir")
     if isinstance(plan, str) and plan == "auto":
         if batch_size is None:
             raise ValueError("plan='auto' needs batch_size (sequences per step)")

@@ -59,6 +59,8 @@ def test_bad_inputs_exit_1_with_a_clear_message(workdir, capsys, tmp_path):
         (_config(d, vocab, plan={"device_memory": 1e5}), [], "plan infeasible"),
         (_config(d, vocab, train={"checkpoint_dir": str(d / "train.jsonl")}), [], "is not writable"),
         (_config(d, vocab, train={"log_dir": str(d / "train.jsonl")}), [], "log_dir="),
+        (_config(d, vocab, train={"eval_every": 1}), [], "train.eval_every=1 needs data.eval_file"),
+        (_config(d, vocab, train={"checkpoint_every": 1}), [], "train.checkpoint_every=1 needs train.checkpoint_dir"),
     ]
     not_yaml = tmp_path / "not.yaml"
     not_yaml.write_text("model: qwen3-debug\ndata: {train_file: x\n")

@@ -111,3 +111,8 @@ def test_bad_arguments(setup):
     with pytest.raises(ValueError, match="plan infeasible"):
         lt.train(model, "auto", ds, steps=1, batch_size=4, hardware="rtx3090", device_memory=2e5, progress=False,
                  print_fn=None)
+    # an interval with nothing to run it on is refused, not ignored
+    with pytest.raises(ValueError, match=r"^eval_every=2 needs eval_data"):
+        lt.train(model, plan, ds, steps=1, eval_every=2, progress=False, print_fn=None)
+    with pytest.raises(ValueError, match=r"^checkpoint_every=2 needs checkpoint_dir$"):
+        lt.train(model, plan, ds, steps=1, checkpoint_every=2, progress=False, print_fn=None)
