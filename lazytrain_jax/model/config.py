@@ -218,8 +218,8 @@ class ModelConfig:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
         try:
             return cls.from_hf_dict(d, **overrides)
-        except ValueError as e:
-            raise ValueError(f"{path}: {e}") from None
+        except ValueError as e:   # named by its path (from_hf_dict's own prefix, "config.json: ", dropped)
+            raise ValueError(f"{path}: {str(e).removeprefix('config.json: ')}") from None
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The ``config.json`` dict that transformers' ``from_pretrained`` reads back to this model."""

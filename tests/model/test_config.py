@@ -1,5 +1,6 @@
 """ModelConfig: Hugging Face conversion, presets against transformers' shapes, clear errors."""
 
+import re
 import subprocess
 import sys
 
@@ -57,6 +58,16 @@ def test_bad_hf_config_names_the_field(change, match):
     d.update(change)
     with pytest.raises(ValueError, match=match):
         ModelConfig.from_hf_dict(d)
+
+
+def test_a_config_file_is_named_once_by_its_path(tmp_path):
+    import json
+    d = get_preset("qwen2-debug").to_hf_dict()
+    d["model_type"] = "mistral"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: model_type='mistral' is not supported"):
+        ModelConfig.from_json_file(path)
 
 
 def test_missing_required_field():
