@@ -34,6 +34,13 @@ class JsonlData:
     num_skipped: int = 0
 
 
+def _decoded(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"not valid UTF-8 (byte {raw[e.start]:#04x} at byte {e.start + 1} of the line)") from None
+
+
 def _parse_line(line: str) -> Example:
     try:
         obj = json.loads(line)
@@ -75,11 +82,14 @@ def read_jsonl(path: str | os.PathLike, *, skip_bad_lines: bool = False) -> Json
     if not os.path.isfile(path):
         raise DataError(f"data file {path!r} does not exist")
     examples, skipped = [], 0
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
+    with open(path, "rb") as f:   # bytes: a line that is not UTF-8 is a bad line like any other
+        for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")   # a UTF-8 byte order mark (editors on Windows)
             try:
+                line = _decoded(raw)
+                if not line.strip():
+                    continue
                 examples.append(_parse_line(line))
             except DataError as e:
                 if not skip_bad_lines:

@@ -130,8 +130,12 @@ class TrainConfig:
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise ValueError(f"config file {path!r} does not exist")
-        with open(path) as f:
-            text = f.read()
+        try:
+            with open(path, encoding="utf-8-sig") as f:   # (a byte order mark, as Windows editors write, is fine)
+                text = f.read()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+                             "a config is YAML or JSON") from None
         if path.endswith((".yaml", ".yml")):
             import yaml
             try:

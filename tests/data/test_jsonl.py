@@ -45,3 +45,17 @@ def test_empty_and_missing(tmp_path):
         read_jsonl(_write(tmp_path / "f.jsonl", ["{", "x"]), skip_bad_lines=True)
     with pytest.raises(DataError, match="does not exist"):
         read_jsonl(tmp_path / "nope.jsonl")
+
+
+def test_a_byte_order_mark_is_read_and_a_line_not_utf8_is_a_bad_line(tmp_path):
+    good = json.dumps({"query": "q", "response": "The answer is: 1"}).encode()
+    # a file saved with a UTF-8 byte order mark (as editors on Windows write it), CRLF line ends
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + good + b"\r\n" + good + b"\r\n")
+    assert len(read_jsonl(tmp_path / "bom.jsonl").examples) == 2
+    # bytes that are not UTF-8 on line 2: named like any bad line, and skippable
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(good + b"\n" + '{"query": "caf\u00e9", "response": "r"}'.encode("latin-1") + b"\n" + good + b"\n")
+    with pytest.raises(DataError, match=rf"^{path}:2: not valid UTF-8 \(byte 0xe9 at byte 15 of the line\)"):
+        read_jsonl(path)
+    data = read_jsonl(path, skip_bad_lines=True)
+    assert len(data.examples) == 2 and data.num_skipped == 1

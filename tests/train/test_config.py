@@ -15,6 +15,13 @@ def test_yaml_json_and_overrides(tmp_path):
     assert cfg.model.overrides == {"num_layers": 2} and cfg.data.seq_len == 512
     (tmp_path / "c.json").write_text(json.dumps(cfg.to_dict()))
     assert TrainConfig.load(tmp_path / "c.json") == cfg
+    # a UTF-8 byte order mark (as editors on Windows write it) is read; bytes that are not UTF-8
+    # are one clear error naming the file
+    (tmp_path / "bom.yaml").write_bytes(b"\xef\xbb\xbftrain:\n  steps: 10\n")
+    assert TrainConfig.load(tmp_path / "bom.yaml").train.steps == 10
+    (tmp_path / "bin.yaml").write_bytes(b"train: \xff\n")
+    with pytest.raises(ValueError, match=r"bin\.yaml: not UTF-8 text \(byte 0xff at offset 7\)"):
+        TrainConfig.load(tmp_path / "bin.yaml")
 
 
 @pytest.mark.parametrize("d, message", [
