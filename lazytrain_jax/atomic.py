@@ -55,15 +55,20 @@ def check_writable_file_path(path: str | os.PathLike, *, probe: bool = True) -> 
     return path
 
 
-def _temp_file(path: str, directory: str, kind: str) -> str:
-    """A new empty file ``directory/.<name><kind>XXXX``; where none can be made, an OSError naming
-    ``path`` and the reason (not the temporary name)."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}{kind}", dir=directory)
-    except OSError as e:
-        raise PermissionError(f"cannot write {path}: {e.strerror or e} in {directory}") from None
+def _new_file(directory: str, prefix: str) -> str:
+    """A new empty file ``directory/<prefix>XXXX`` (OSError where none can be made)."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
     os.close(fd)
     return tmp
+
+
+def _temp_file(path: str, directory: str, kind: str) -> str:
+    """``_new_file`` for writing ``path``: ``directory/.<name><kind>XXXX``; where none can be made,
+    an OSError naming ``path`` and the reason (not the temporary name)."""
+    try:
+        return _new_file(directory, f".{os.path.basename(path)}{kind}")
+    except OSError as e:
+        raise PermissionError(f"cannot write {path}: {e.strerror or e} in {directory}") from None
 
 
 def unwritable_directory(directory: str | os.PathLike) -> str | None:
@@ -78,9 +83,7 @@ def unwritable_directory(directory: str | os.PathLike) -> str | None:
     directory = os.fspath(directory)
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=directory)
-        os.close(fd)
-        os.remove(probe)
+        os.remove(_new_file(directory, ".probe-"))
     except OSError as e:
         return str(e.strerror or e)
     return None
