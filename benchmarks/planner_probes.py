@@ -250,18 +250,34 @@ def varied_instance(seed: int, layers: int):
     return c, hw, dict(boundary_link=a / bw / t, weight_link=w / bw / t, residuals=r, spread=spread, room=room)
 
 
+def print_summary(label, runs, rel_gap=1e-2):
+    """One line over ``runs`` ((seconds, plan or None) per solve): how many proved within ``rel_gap``, how
+    many of those within 1 s and 5 s (the planner's aims at 64 and 128 layers), and the seconds in all."""
+    proved = [t for t, p in runs if p is not None and p.gap is not None and p.gap <= rel_gap * (1 + 1e-9)]
+    print(f"{label}: {len(runs)} solves, {len(proved)} proved within {100 * rel_gap:g} %, "
+          f"{sum(t <= 1.0 for t in proved)} of them within 1 s, {sum(t <= 5.0 for t in proved)} within 5 s; "
+          f"{sum(t for t, _ in runs):.1f} s in all", flush=True)
+
+
 def varied(args):
+    runs = []
     for spec in args.seeds:
         c, hw, scales = varied_instance(int(spec), args.layers)
         stats = {}
         t = time.perf_counter()
         p = milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2, time_limit_s=args.time_limit or 20.0,
                        stats=stats)
-        print(f"varied {spec}, {args.layers} layers: {time.perf_counter() - t:.2f} s, gap {100 * p.gap:.2f} %, "
+        runs.append((time.perf_counter() - t, p))
+        if p is None:
+            print(f"varied {spec}, {args.layers} layers: {runs[-1][0]:.2f} s, no plan fits", flush=True)
+            continue
+        print(f"varied {spec}, {args.layers} layers: {runs[-1][0]:.2f} s, gap {100 * p.gap:.2f} %, "
+              f"step {p.predicted_step_time_s:.4f} s, "
               f"{p.solver_status}, proof {stats['proof']}, B&B {stats['bb_s']:.1f} s x{stats['bb_runs']}; "
               f"boundary/forward {scales['boundary_link']:.2f}, weights/forward {scales['weight_link']:.2f} "
               f"(link seconds per forward second), residuals {scales['residuals']:.1f}, spread {scales['spread']}, "
               f"room {scales['room']}", flush=True)
+    print_summary(f"varied, {args.layers} layers", runs)
 
 
 def search_time(args):
@@ -340,6 +356,7 @@ def selected_shapes(args):
 
 
 def shapes(args):
+    runs = []
     for label, c, hw in selected_shapes(args):
         stats = {}
         t = time.perf_counter()
@@ -349,11 +366,13 @@ def shapes(args):
         except ValueError as e:
             print(f"{label}, {args.layers} layers: no plan ({str(e).splitlines()[0][:80]})", flush=True)
             continue
-        print(f"{label}, {args.layers} layers: {time.perf_counter() - t:.2f} s, gap {100 * p.gap:.2f} %, "
+        runs.append((time.perf_counter() - t, p))
+        print(f"{label}, {args.layers} layers: {runs[-1][0]:.2f} s, gap {100 * p.gap:.2f} %, "
               f"step {p.predicted_step_time_s:.3f} s, {p.solver_status}, proof {stats['proof']}, "
               f"search {stats['search_s']:.2f} s, LP {stats['lp_s']:.2f} s x{stats['lp_solves']}, "
               f"RENS {stats['rens_s']:.2f} s x{stats['rens_runs']}, B&B {stats['bb_s']:.1f} s x{stats['bb_runs']}",
               flush=True)
+    print_summary(f"shapes, {args.layers} layers", runs)
 
 
 def shape_lps(args):
