@@ -34,11 +34,13 @@ class JsonlData:
     num_skipped: int = 0
 
 
-def _decoded(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"not valid UTF-8 (byte {raw[e.start]:#04x} at byte {e.start + 1} of the line)") from None
+def _check_utf8(line: str) -> None:
+    """Raises for a line read with ``errors="surrogateescape"`` that held bytes not UTF-8 (each
+    such byte is a lone surrogate U+DC80..U+DCFF there), naming the first one and its byte offset."""
+    at = next((i for i, ch in enumerate(line) if "\udc80" <= ch <= "\udcff"), None)
+    if at is not None:
+        offset = len(line[:at].encode("utf-8", "surrogateescape")) + 1
+        raise DataError(f"not valid UTF-8 (byte {ord(line[at]) - 0xDC00:#04x} at byte {offset} of the line)")
 
 
 def _parse_line(line: str) -> Example:
@@ -82,14 +84,14 @@ def read_jsonl(path: str | os.PathLike, *, skip_bad_lines: bool = False) -> Json
     if not os.path.isfile(path):
         raise DataError(f"data file {path!r} does not exist")
     examples, skipped = [], 0
-    with open(path, "rb") as f:   # bytes: a line that is not UTF-8 is a bad line like any other
-        for lineno, raw in enumerate(f, start=1):
-            if lineno == 1:
-                raw = raw.removeprefix(b"\xef\xbb\xbf")   # a UTF-8 byte order mark (editors on Windows)
+    # utf-8-sig: a byte order mark (editors on Windows) is dropped; surrogateescape: bytes that are
+    # not UTF-8 make their line a bad line like any other (universal newlines as before)
+    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
             try:
-                line = _decoded(raw)
-                if not line.strip():
-                    continue
+                _check_utf8(line)
                 examples.append(_parse_line(line))
             except DataError as e:
                 if not skip_bad_lines:
