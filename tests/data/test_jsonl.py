@@ -52,6 +52,8 @@ def test_a_byte_order_mark_is_read_and_a_line_not_utf8_is_a_bad_line(tmp_path):
     # a file saved with a UTF-8 byte order mark (as editors on Windows write it), CRLF line ends
     (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + good + b"\r\n" + good + b"\r\n")
     assert len(read_jsonl(tmp_path / "bom.jsonl").examples) == 2
+    (tmp_path / "cr.jsonl").write_bytes(good + b"\r" + good + b"\r")   # bare CR line ends
+    assert len(read_jsonl(tmp_path / "cr.jsonl").examples) == 2
     # bytes that are not UTF-8 on line 2: named like any bad line, and skippable
     path = tmp_path / "latin1.jsonl"
     path.write_bytes(good + b"\n" + '{"query": "caf\u00e9", "response": "r"}'.encode("latin-1") + b"\n" + good + b"\n")
