@@ -316,9 +316,10 @@ def kept(args):
             if relax:
                 values.append(milp._relaxed(b, solver="clp"))
             else:
+                solver = b.model.mip_model()
                 with milp._quiet_stdout():
-                    b.model.optimize(max_seconds=args.time_limit or 120.0)
-                values.append(b.model.objective_value)
+                    solver.optimize(max_seconds=args.time_limit or 120.0)
+                values.append(solver.objective_value)
         print(f"varied {spec}, {args.layers} layers, depths ({dw},{da}), every boundary kept: LP {values[0]:.4f} s, "
               f"optimum {values[1]:.4f} s ({100 * (1 - values[0] / values[1]):.2f} % below)")
 

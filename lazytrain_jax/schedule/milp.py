@@ -119,8 +119,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import functools
-import gc
 import itertools
 import math
 import os
@@ -134,7 +132,7 @@ import warnings
 
 import mip
 
-from lazytrain_jax.schedule import memory, search, steps
+from lazytrain_jax.schedule import linear, memory, search, steps
 from lazytrain_jax.schedule.plan import Plan
 
 DEFAULT_REL_GAP = 1e-2
@@ -142,55 +140,10 @@ DEFAULT_MAX_NODES = 300
 MILP_DEPTHS = ((1, 1), (2, 1), (1, 2), (2, 2))   # (weight_prefetch_depth, act_prefetch_depth)
 
 
-@functools.cache
-def _bind_cbc() -> bool:
-    """Looks up every function of python-mip's CBC library once, before the first CBC model.
-
-    cffi finds a library's functions on first use, under a lock it does not let the same thread
-    take twice. A garbage collection that starts inside such a lookup and frees a python-mip model
-    runs its finaliser, whose ``Cbc_deleteModel`` is looked up under that same lock when no model
-    was freed before: the thread waits for itself for ever (a test process here hung in
-    ``Cbc_setAllowableFractionGap``'s lookup, in CBC's first in-process solve). With every
-    function looked up already, no lookup takes the lock again (220 functions, 2 ms). Runs once:
-    whether the library was there."""
-    collecting = gc.isenabled()
-    gc.disable()  # (a model made before, by other code, could be freed inside these lookups too)
-    try:
-        try:
-            from mip import cbc
-            lib = cbc.cbclib
-            names = dir(lib)
-        except Exception:  # noqa: BLE001  (no CBC here: python-mip says so when a model is made)
-            return False
-        for name in names:
-            try:
-                getattr(lib, name)
-            except (AttributeError, OSError):  # declared, not in this build of the library
-                pass
-        return True
-    finally:
-        if collecting:
-            gc.enable()
-
-
-class _Model(mip.Model):
-    """A python-mip model that also keeps each constraint's expression as it is added: the LP
-    relaxation reads its rows from here (reading them back from CBC costs as much as building).
-
-    ``hold_rows``: the rows are only kept here until CBC or CLP is asked to solve (``optimize``) or
-    :meth:`hand_over` is called; for a model whose LP HiGHS solves (the union relaxation), handing
-    7,000 rows to CBC was a fifth of the build's time at 64 layers. ``build`` holds every model's
-    rows: at 128 layers HiGHS solves the depth pairs' models too (their LPs, ``_rens``, branch and
-    cut), and a pair's build took 0.55-0.68 s holding its 11,776 rows against 0.75-0.84 s handing
-    them over (random heterogeneous instance, depths (2, 1))."""
-
-    def __init__(self, *args, hold_rows: bool = False, **kwargs):
-        _bind_cbc()
-        super().__init__(*args, **kwargs)
-        self.rows = []
-        self._held = hold_rows
-        self.bound_rows = set()  # indices into ``rows`` of rows that only tighten the bound (see add_bound_row)
-        self.arrays_kept = {}    # bound_rows -> ((columns, rows), last row, matrices, cost, constant): _highs_arrays' reads
+class _Model(linear.Model):
+    """The planner's model (``linear.Model``: held here, read by HiGHS as arrays, written into
+    python-mip's CBC only where CBC or CLP solves it), with the rows that only tighten its bound
+    marked."""
 
     def add_bound_row(self, lin_expr):
         """A valid inequality that every plan meets and only the LP bound needs: the neighbourhoods'
@@ -198,41 +151,12 @@ class _Model(mip.Model):
         self.bound_rows.add(len(self.rows))
         self.add_constr(lin_expr)
 
-    def add_constr(self, lin_expr, name="", priority=None):
-        if self._held:
-            if not isinstance(lin_expr, mip.LinExpr):
-                raise mip.InvalidLinExpr(f"{lin_expr!r} cannot be used as a constraint")
-            self.rows.append(lin_expr)
-            return None
-        constr = super().add_constr(lin_expr, name, priority)
-        self.rows.append(lin_expr)
-        return constr
-
-    def hand_over(self):
-        """Gives CBC the rows held back so far (every later row goes to it at once)."""
-        if self._held:
-            self._held = False
-            for expr in self.rows:
-                super().add_constr(expr)
-
-    def optimize(self, *args, **kwargs):
-        self.hand_over()
-        return super().optimize(*args, **kwargs)
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.rows) if self._held else super().num_rows
-
-    @property
-    def num_nz(self) -> int:
-        return sum(len(expr.expr) for expr in self.rows) if self._held else super().num_nz
-
 
 @dataclasses.dataclass
 class Built:
     """A built MILP: the python-mip model and the decision variables ``decode`` reads."""
 
-    model: mip.Model
+    model: _Model
     x: dict
     out_edges: dict
     dev: dict
@@ -245,7 +169,7 @@ class Built:
     weight_prefetch_depth: int
     act_prefetch_depth: int
     num_layers: int
-    res_max: mip.Var | None = None   # the largest residual on the host (memory rows' units), if any may go there
+    res_max: linear.Var | None = None   # the largest residual on the host (memory rows' units), if any may go there
     res_floor: float = 0.0           # the least of those residuals, in the same units
     solved: "Solved | None" = None   # the last CBC run's result (``_optimize``)
     depth_indicators: tuple | None = None  # the union relaxation's (y_w, y_a) variables
@@ -265,63 +189,57 @@ class Solved:
         return self.values[var.idx]
 
 
-def _relation(lhs, rhs, sense: str) -> mip.LinExpr:
+def _relation(lhs, rhs, sense: str) -> linear.LinExpr:
     """``lhs >= rhs`` (sense ">"), ``<=`` ("<") or ``==`` ("=") as python-mip writes it (lhs − rhs
     with that sense; lhs a variable or an expression, rhs either or a number): the same row, each
     coefficient computed as mip computes it, without the expressions mip copies on the way. (Not
     for one variable on both sides, which mip writes as its last term alone: no row of the model.)"""
-    if isinstance(lhs, mip.Var):
-        if not isinstance(rhs, (mip.Var, mip.LinExpr)):
-            out = mip.LinExpr(const=-1 * rhs, sense=sense)
-            out.set_expr({lhs: 1})
-            return out
+    if isinstance(lhs, linear.Var):
+        if not isinstance(rhs, (linear.Var, linear.LinExpr)):
+            return linear.LinExpr.of({lhs: 1}, -1 * rhs, sense)
         expr, const = {lhs: 1}, 0.0
     else:
         expr, const = dict(lhs.expr), lhs.const
-    if isinstance(rhs, mip.Var):
+    if isinstance(rhs, linear.Var):
         expr[rhs] = expr.get(rhs, 0) + -1
-    elif isinstance(rhs, mip.LinExpr):
+    elif isinstance(rhs, linear.LinExpr):
         const += rhs.const * -1
         get = expr.get
         for var, c in rhs.expr.items():
             expr[var] = get(var, 0) + c * -1
     else:
         const += -rhs
-    out = mip.LinExpr(const=const, sense=sense)
-    out.set_expr(expr)
-    return out
+    return linear.LinExpr.of(expr, const, sense)
 
 
-def _ge(lhs, rhs) -> mip.LinExpr:
+def _ge(lhs, rhs) -> linear.LinExpr:
     return _relation(lhs, rhs, ">")
 
 
-def _le(lhs, rhs) -> mip.LinExpr:
+def _le(lhs, rhs) -> linear.LinExpr:
     return _relation(lhs, rhs, "<")
 
 
-def _eq(lhs, rhs) -> mip.LinExpr:
+def _eq(lhs, rhs) -> linear.LinExpr:
     return _relation(lhs, rhs, "=")
 
 
-def _scaled_sum(terms) -> mip.LinExpr:
+def _scaled_sum(terms) -> linear.LinExpr:
     """``mip.xsum(c * t for c, t in terms)`` (each t a variable, an expression or a number): the
     same expression, each coefficient computed and summed as mip computes them, without the
     expression mip makes for each product (``build``'s busiest sums use it)."""
     expr, const = {}, 0.0
     get = expr.get
     for coeff, term in terms:
-        if isinstance(term, mip.Var):
+        if isinstance(term, linear.Var):
             expr[term] = get(term, 0) + coeff
-        elif isinstance(term, mip.LinExpr):
+        elif isinstance(term, linear.LinExpr):
             const += term.const * coeff
             for var, c in term.expr.items():
                 expr[var] = get(var, 0) + c * coeff
         else:
             const += coeff * term
-    out = mip.LinExpr(const=const)
-    out.set_expr(expr)
-    return out
+    return linear.LinExpr.of(expr, const)
 
 
 def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
@@ -347,7 +265,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     Returns:
       A Built (the model and its variables).
     Example:
-      >>> b = build(costs, Hardware.preset("h800")); b.model.optimize()
+      >>> b = build(costs, Hardware.preset("h800")); b.model.mip_model().optimize()
     """
     if objective not in ("time", "memory"):
         raise ValueError(f"objective={objective!r}; valid: ['time', 'memory']")
@@ -375,10 +293,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     budget = hardware.device_memory
     slack = budget - base_mem
 
-    m = _Model(sense=mip.MINIMIZE, solver_name="CBC", hold_rows=True)
-    m.verbose = 1 if verbose else 0
-    m.threads = 1
-    xs = mip.xsum
+    m = _Model(verbose=verbose)
+    xs = linear.xsum
     # the union relaxation's depth indicators (y = 1: depth 2), relaxed: a depth-2 split may use at
     # most y of a window's upload and costs y of the deeper buffer's bytes, and the optimizer's
     # deadlines move y of the way to depth 2's earlier ones (each depth pair is the point y ∈ {0, 1})
@@ -520,7 +436,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         down = A[l] * xs([t[l] for t in (host, nv) if l in t]) if l >= 1 and (l in host or l in nv) else 0.0
         write = A[l - 1] * nv[l - 1] if l - 1 in nv else 0.0
         read = xs(A[s] * v[s, L] for s in range(L) if (s, L) in v) if l == L - 1 else 0.0
-        if isinstance(read, mip.LinExpr) and not read.expr:
+        if isinstance(read, linear.LinExpr) and not read.expr:
             read = 0.0
         # cuts: with a binary z, T >= max(c, a z) implies T >= c + (a - c)⁺ z (the hull of the two cases)
         cuts = []
@@ -1110,10 +1026,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         m.add_constr(_le(xs(a[i] * nv[i] for i in nv), hardware.nvme_memory / unit))
         _rounded_knapsack(m, [(a[i], nv[i]) for i in nv], hardware.nvme_memory / unit)
     if objective == "memory":
-        m.objective = mip.minimize(peak * unit)
+        m.objective = linear.minimize(peak * unit)
     else:
         m.add_constr(_le(peak, budget / unit))
-        m.objective = mip.minimize(xs(T) + objective_const)
+        m.objective = linear.minimize(xs(T) + objective_const)
     return Built(model=m, x=x, out_edges=out_edges, dev=dev, host=host, nv=nv, res=res, off=off, r=r,
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L,
                  res_max=res_max, res_floor=min(R[l] for l in off) / unit if off else 0.0,
@@ -1128,7 +1044,7 @@ def _rounded_knapsack(m, terms, capacity):
         return
     unit = min(a for a, _ in terms)
     # a relative epsilon keeps exact multiples (homogeneous layers) from rounding down
-    m += mip.xsum(math.floor(a / unit * (1 + 1e-12)) * z for a, z in terms) <= math.floor(capacity / unit * (1 + 1e-12))
+    m += linear.xsum(math.floor(a / unit * (1 + 1e-12)) * z for a, z in terms) <= math.floor(capacity / unit * (1 + 1e-12))
 
 
 def lp_bound(costs, hardware, **build_kw) -> float:
@@ -1218,7 +1134,6 @@ def _offload_split(built: Built, arrays, basis=None) -> float:
         else:
             values = _parallel_lps(problems)
         return -math.inf if None in values else min(values)
-    built.model.hand_over()
     for v in built.off.values():  # no residual on the host
         v.ub = 0.0
     none = _relaxed(built, solver="clp")
@@ -1226,10 +1141,9 @@ def _offload_split(built: Built, arrays, basis=None) -> float:
         v.ub = 1.0
     m = built.model  # at least one, its staging paid in full
     built.res_max.lb = built.res_floor
-    row = m.add_constr(mip.xsum(built.off.values()) >= 1)
+    m.add_constr(linear.xsum(built.off.values()) >= 1)
     some = _relaxed(built, solver="clp")
-    m.remove(row)
-    m.rows.pop()
+    m.pop_row()
     built.res_max.lb = 0.0
     return min(none, some)
 
@@ -1419,10 +1333,11 @@ def _relaxed(built: Built, *, solver: str = "auto") -> float:
         value = _highs_lp(built.model)
         if value is not None:
             return value
+    model = built.model.mip_model()
     with _quiet_stdout():
-        status = built.model.optimize(relax=True)
+        status = model.optimize(relax=True)
     ok = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
-    return float(built.model.objective_value) if ok else float("inf")
+    return float(model.objective_value) if ok else float("inf")
 
 
 def _timed(fn, *args, background: bool = True) -> concurrent.futures.Future:
@@ -1461,14 +1376,14 @@ def _background_lps(builts: list, workers: int = 1, points: list | None = None):
     return values
 
 
-def _highs_lp(m: mip.Model) -> float | None:
+def _highs_lp(m: linear.Model) -> float | None:
     """The LP relaxation of ``m`` (a minimisation) solved by HiGHS: its optimum (a bound within
     ``IPM_GAP`` below it), inf when infeasible, None when HiGHS cannot say (or scipy is missing)."""
     arrays = _highs_arrays(m)
     return None if arrays is None else _highs_solve(arrays)
 
 
-def _highs_arrays(m: mip.Model, bound_rows: bool = True):
+def _highs_arrays(m: linear.Model, bound_rows: bool = True):
     """``m``'s LP as scipy ``linprog`` arrays, ``(cost, args, objective constant)`` (None without
     scipy). Reads the model: holds the interpreter, unlike :func:`_highs_solve`."""
     try:
@@ -1478,21 +1393,19 @@ def _highs_arrays(m: mip.Model, bound_rows: bool = True):
     except ImportError:
         return None
     num_vars = m.num_cols
-    held = isinstance(m, _Model) and len(m.rows) == m.num_rows
-    # a _Model's rows and objective are read once per kind (with or without its bound rows) and
-    # kept while its rows stay the same ones (as many, the last the same object, held here so that
-    # no other row takes its id); only the bounds (which the neighbourhoods fix and restore) are
-    # read each time. Nobody changes the arrays in place (the splits copy them)
-    key = (num_vars, len(m.rows)) if held else None
-    last = m.rows[-1] if held and m.rows else None
-    kept = m.arrays_kept.get(bound_rows) if held else None
+    # the rows and objective are read once per kind (with or without the bound rows) and kept
+    # while the rows stay the same ones (as many, the last the same object, held here so that no
+    # other row takes its id); only the bounds (which the neighbourhoods fix and restore) are read
+    # each time. Nobody changes the arrays in place (the splits copy them)
+    key = (num_vars, len(m.rows))
+    last = m.rows[-1] if m.rows else None
+    kept = m.arrays_kept.get(bound_rows)
     if kept is not None and kept[0] == key and kept[1] is last:
         mats, cost, const = kept[2:]
     else:
         parts = {"ub": ([], [], [], []), "eq": ([], [], [], [])}  # rows, cols, values, right-hand sides
-        exprs = m.rows if held else (c.expr for c in m.constrs)
-        skip = m.bound_rows if isinstance(m, _Model) and not bound_rows else ()
-        for i, expr in enumerate(exprs):
+        skip = m.bound_rows if not bound_rows else ()
+        for i, expr in enumerate(m.rows):
             if i in skip:
                 continue
             sign = -1.0 if expr.sense == ">" else 1.0
@@ -1510,8 +1423,7 @@ def _highs_arrays(m: mip.Model, bound_rows: bool = True):
         for var, coef in objective.expr.items():
             cost[var.idx] = coef
         const = float(objective.const)
-        if held:
-            m.arrays_kept[bound_rows] = (key, last, mats, cost, const)
+        m.arrays_kept[bound_rows] = (key, last, mats, cost, const)
     lb = np.array([v.lb for v in m.vars], dtype=float)
     ub = np.array([v.ub for v in m.vars], dtype=float)
     ub[ub >= 1e30] = np.inf
@@ -3147,21 +3059,22 @@ def _optimize(built: Built, rel_gap: float, time_limit_s: float, cutoff: float |
     else:
         if cutoff is not None:
             m.cutoff = cutoff
-        m.max_mip_gap = rel_gap
-        m.max_mip_gap_abs = 1e-9
-        m.preprocess = -1 if preprocess else 0
+        model = m.mip_model()
+        model.max_mip_gap = rel_gap
+        model.max_mip_gap_abs = 1e-9
+        model.preprocess = -1 if preprocess else 0
         with (contextlib.nullcontext() if m.verbose else _quiet_stdout()):
             if ISOLATE_CBC and m.num_nz >= ISOLATE_CBC_MIN_NONZEROS:
-                built.solved = _cbc_in_child(m, time_limit_s, max_nodes)
+                built.solved = _cbc_in_child(model, time_limit_s, max_nodes)
             else:
-                built.solved = _cbc_here(m, time_limit_s, max_nodes)
+                built.solved = _cbc_here(model, time_limit_s, max_nodes)
     status = built.solved.status
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None
     return status.name.lower()
 
 
-def _mip_solver(m: mip.Model) -> str:
+def _mip_solver(m: linear.Model) -> str:
     """``MIP_SOLVER`` for model ``m``: "auto" is HiGHS from ``HIGHS_MIP_MIN_NONZEROS`` nonzeros up
     where scipy has ``milp``, CBC otherwise."""
     if MIP_SOLVER in ("cbc", "highs"):
@@ -3177,7 +3090,7 @@ def _scipy_milp():
     return milp
 
 
-def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int,
+def _highs_mip(m: linear.Model, rel_gap: float, time_limit_s: float, max_nodes: int,
                cutoff: float | None = None, *, root_lp: str = "choose", bound_rows: bool = True) -> Solved:
     """HiGHS' branch and cut (scipy's bundled HiGHS) on ``m``, to ``rel_gap`` of its own incumbent;
     ``cutoff``: only plans whose objective is at most this (a row on the objective), so INFEASIBLE
@@ -3196,7 +3109,7 @@ def _highs_mip(m: mip.Model, rel_gap: float, time_limit_s: float, max_nodes: int
                                  cutoff, root_lp=root_lp)
 
 
-def _integrality(m: mip.Model):
+def _integrality(m: linear.Model):
     """scipy ``milp``'s integrality of ``m``'s variables (1: binary or integer)."""
     import numpy as np
     return np.array([1 if v.var_type in (mip.BINARY, mip.INTEGER) else 0 for v in m.vars])
@@ -3371,7 +3284,10 @@ def _pair_roots(builts: list, bar: float, rel_gap: float, time_limit_s: float) -
     return all(_cutoff_roots(problems, bar, rel_gap, time_limit_s))
 
 
-def _cbc_here(m: mip.Model, time_limit_s: float, max_nodes: int) -> Solved:
+def _cbc_here(m: mip.Model | linear.Model, time_limit_s: float, max_nodes: int) -> Solved:
+    """CBC's branch and bound on ``m`` (a ``linear.Model``: in its python-mip model)."""
+    if isinstance(m, linear.Model):
+        m = m.mip_model()
     status = m.optimize(max_seconds=time_limit_s, max_nodes=max_nodes)
     found = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
     bound = m.objective_bound
@@ -3380,11 +3296,11 @@ def _cbc_here(m: mip.Model, time_limit_s: float, max_nodes: int) -> Solved:
                   values=[v.x for v in m.vars] if found else None)
 
 
-def _cbc_in_child(m: mip.Model, time_limit_s: float, max_nodes: int) -> Solved:
+def _cbc_in_child(m: mip.Model | linear.Model, time_limit_s: float, max_nodes: int) -> Solved:
     """:func:`_cbc_here` in a forked child; ``Solved`` with status ERROR if the child dies or hangs."""
+    if isinstance(m, linear.Model):
+        m = m.mip_model()  # here, once, not in each child
     failed = Solved(status=mip.OptimizationStatus.ERROR, objective_value=None, objective_bound=-math.inf, values=None)
-    if isinstance(m, _Model):
-        m.hand_over()  # here, once, not in each child
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     with warnings.catch_warnings():  # JAX warns on any fork; the child only runs CBC and exits

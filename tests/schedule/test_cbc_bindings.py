@@ -1,4 +1,4 @@
-"""python-mip's CBC functions are looked up before the first CBC model (``milp._bind_cbc``).
+"""python-mip's CBC functions are looked up before the first CBC model (``linear.bind_cbc``).
 
 cffi looks a library's function up on first use under a lock the same thread cannot take twice; a
 garbage collection inside such a lookup that frees a python-mip model runs its finaliser, whose
@@ -11,7 +11,7 @@ import textwrap
 
 # A model left for the collector, then every later lookup under cffi's lock starts a collection
 # (as an automatic one may); the automatic ones are held back so that none frees the model first.
-# Without milp._bind_cbc this process waits for itself in its first solve's first lookup.
+# Without linear.bind_cbc this process waits for itself in its first solve's first lookup.
 _SCRIPT = textwrap.dedent("""
     import gc, threading
     import mip
@@ -43,15 +43,15 @@ _SCRIPT = textwrap.dedent("""
 
 
     cbc.ffi._lock = CollectingLock()
-    from lazytrain_jax.schedule import milp
+    from lazytrain_jax.schedule import linear, milp
     gc.set_threshold(10**9)
     gc.enable()
     m = milp._Model()
     v = m.add_var()
-    m.objective = mip.minimize(v)
-    m.verbose = 0
-    m.optimize()
-    print("solved", m.objective_value, "collector", gc.isenabled())
+    m.objective = linear.minimize(v)
+    solver = m.mip_model()
+    solver.optimize()
+    print("solved", solver.objective_value, "collector", gc.isenabled())
 """)
 
 
@@ -65,7 +65,7 @@ def test_every_cbc_function_is_looked_up_once_a_model_is_made():
     from mip import cbc
 
     from lazytrain_jax.schedule import milp
-    milp._Model()
+    milp._Model().mip_model()
     missing = [name for name in dir(cbc.cbclib) if name not in cbc.cbclib.__dict__]
     for name in missing:  # only names this build of the library lacks
         try:

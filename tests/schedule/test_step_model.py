@@ -148,9 +148,10 @@ def fixed_milp_value(plan, S, K):
     assert start, "plan should be inside the MILP's space"
     for var, value in start:
         var.lb = var.ub = value
+    solver = built.model.mip_model()
     with milp._quiet_stdout():
-        built.model.optimize()
-    return built.model.objective_value
+        solver.optimize()
+    return solver.objective_value
 
 
 def assert_fixed_plans_valued_alike(rng, count, max_layers, shared=False):
