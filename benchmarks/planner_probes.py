@@ -130,6 +130,9 @@ def cbc(args):
     c, hw = instance(args.layers)
     dw, da = args.depths
     p = depth_plan(c, hw, dw, da)
+    if p is None:
+        print(f"no plan fits at depths ({dw},{da})")
+        return
     print(f"plan at depths ({dw},{da}): {p.predicted_step_time_s:.4f} s")
     for preprocess in (True, False):
         b = milp.build(c, hw, weight_prefetch_depth=dw, act_prefetch_depth=da)
@@ -320,6 +323,9 @@ def kept(args):
                 with milp._quiet_stdout():
                     solver.optimize(max_seconds=args.time_limit or 120.0)
                 values.append(solver.objective_value)
+        if values[1] is None or not math.isfinite(values[0]):
+            print(f"varied {spec}, {args.layers} layers, depths ({dw},{da}), every boundary kept: no plan fits")
+            continue
         print(f"varied {spec}, {args.layers} layers, depths ({dw},{da}), every boundary kept: LP {values[0]:.4f} s, "
               f"optimum {values[1]:.4f} s ({100 * (1 - values[0] / values[1]):.2f} % below)")
 

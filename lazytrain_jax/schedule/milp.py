@@ -1,5 +1,6 @@
-"""The MILP (built with python-mip; CBC or HiGHS branch): the step-time-optimal plan for one Costs
-(batch, seq, micro-batches).
+"""The MILP (written with ``linear``'s expressions, python-mip's arithmetic; solved by HiGHS, or by
+python-mip's CBC for small models): the step-time-optimal plan for one Costs (batch, seq,
+micro-batches).
 
 Variables (L layers, S = max segment length, K = max resident tail):
 
@@ -154,7 +155,7 @@ class _Model(linear.Model):
 
 @dataclasses.dataclass
 class Built:
-    """A built MILP: the python-mip model and the decision variables ``decode`` reads."""
+    """A built MILP: the model (``_Model``) and the decision variables ``decode`` reads."""
 
     model: _Model
     x: dict
@@ -3375,7 +3376,8 @@ def _at_depths(plan: Plan | None, dw: int, da: int) -> Plan | None:
 
 
 def _start_values(plan, built: Built):
-    """Variable values of ``plan`` for mip's warm start, or [] if it is outside the MILP's space."""
+    """Variable values of ``plan`` for CBC's warm start (``linear.Model.start``), or [] if it is
+    outside the MILP's space."""
     x, dev, host, nv, res, r = built.x, built.dev, built.host, built.nv, built.res, built.r
     L = plan.num_layers
     tiers = plan.boundary_tiers
