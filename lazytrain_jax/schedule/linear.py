@@ -268,21 +268,21 @@ class LinExpr:
 
 def xsum(terms) -> LinExpr:
     """The sum of ``terms`` (variables, expressions, numbers), as ``mip.xsum`` adds them."""
-    out = LinExpr()
-    expr = out.expr
+    expr, const = {}, 0.0
     get = expr.get
     for term in terms:
-        if isinstance(term, Var):
+        kind = type(term)
+        if kind is Var:
             expr[term] = get(term, 0) + 1
-        elif isinstance(term, LinExpr):
-            out.const += term.const * 1
+        elif kind is LinExpr:
+            const += term.const * 1
             for var, c in term.expr.items():
                 expr[var] = get(var, 0) + c * 1
         elif _real(term):
-            out.const += term * 1
+            const += term * 1
         else:
-            raise TypeError(f"cannot sum a {type(term).__name__}")
-    return out
+            raise TypeError(f"cannot sum a {kind.__name__}")
+    return LinExpr.of(expr, const)
 
 
 def minimize(objective) -> LinExpr:

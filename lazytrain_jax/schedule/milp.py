@@ -652,15 +652,15 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         def spec(key, ind, layer, lengths, groups=()):
             """A case: its key (for its p), indicator, layer (whose residency takes its weights off)
             and lengths(wd, ad) -> (its least length, that length when the layer is resident),
-            each depth pair's computed once (the rows ask for each several times). ``groups``:
-            its upload's (as upload_shares)."""
+            kept as the case's lengths(v) for v = (wd, ad), each depth pair's computed once (the
+            rows ask for each several times). ``groups``: its upload's (as upload_shares)."""
             groups_of[key] = groups
             memo = {}
 
-            def at(wd, ad):
-                found = memo.get((wd, ad))
+            def at(v):
+                found = memo.get(v)
                 if found is None:
-                    found = memo[wd, ad] = lengths(wd, ad)
+                    found = memo[v] = lengths(*v)
                 return found
             return key, ind, layer, at
 
@@ -672,8 +672,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             so the LP raises it to min(ind, r) and every integer point keeps a p that holds."""
             out = []
             for key, ind, layer, lengths in specs:
-                least, resident_least = lengths(*v)
-                value, resident_value = max(floor, least), max(floor, resident_least)
+                least, resident_least = lengths(v)
+                value = least if least > floor else floor   # max(floor, ·), as max picks on a tie
+                resident_value = resident_least if resident_least > floor else floor
                 if above is not None and value <= above:
                     continue
                 if layer not in r or resident_value >= value:
@@ -699,9 +700,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                     continue
                 deeper = (2, v[1]) if dim == 0 else (v[0], 2)
                 drop_most = 0.0
-                for *_, lengths in specs:
-                    here, there = [max(floor, c) for c in lengths(*v)], lengths(*deeper)
-                    drop_most = max(drop_most, here[0] - max(there[0], floor), here[1] - max(there[1], floor))
+                for case in specs:
+                    lengths = case[3]
+                    (h0, h1), (t0, t1) = lengths(v), lengths(deeper)
+                    d0 = max(floor, h0) - max(t0, floor)
+                    d1 = max(floor, h1) - max(t1, floor)
+                    if d0 > drop_most or d1 > drop_most:
+                        drop_most = max(drop_most, d0, d1)
                 out.append(drop_most)
             return out
 
