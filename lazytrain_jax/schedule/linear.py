@@ -358,8 +358,9 @@ class Model:
         return sum(len(row.expr) for row in self.rows)
 
     def mip_model(self) -> mip.Model:
-        """This model in python-mip's CBC: written once (later rows added as they come), its
-        bounds, start and cutoff set to this model's each time."""
+        """This model in python-mip's CBC: written once (later rows added as they come; written
+        again where rows were removed or replaced other than by :meth:`pop_row`), its bounds,
+        objective, start and cutoff set to this model's each time."""
         kept = self._mip
         if kept is not None:
             model, written, last = kept
@@ -370,9 +371,6 @@ class Model:
             model = mip.Model(sense=mip.MINIMIZE, solver_name="CBC")
             model.threads = 1
             cols = [model.add_var(lb=v.lb, ub=v.ub, var_type=v.var_type) for v in self.vars]
-            objective = mip.LinExpr(const=self.objective.const)
-            objective.set_expr({cols[v.idx]: c for v, c in self.objective.expr.items()})
-            model.objective = mip.minimize(objective)
             written = 0
         else:
             cols = model.vars
@@ -384,6 +382,9 @@ class Model:
             expr.set_expr({cols[v.idx]: c for v, c in row.expr.items()})
             model.add_constr(expr)
         self._mip = (model, len(self.rows), self.rows[-1] if self.rows else None)
+        objective = mip.LinExpr(const=self.objective.const)
+        objective.set_expr({cols[v.idx]: c for v, c in self.objective.expr.items()})
+        model.objective = mip.minimize(objective)
         model.verbose = self.verbose
         model.start = [(cols[v.idx], value) for v, value in self.start]
         model.cutoff = self.cutoff
