@@ -36,12 +36,14 @@
   search    ``search.heuristic_plan`` (the solve's start, pure Python) on instances at --layers: "random"
             (``instance``) or a varied seed (an integer): the median and spread of five runs, and the plan's
             predicted step
+  builds    ``milp.build``'s seconds on the random row of ``planner.py`` at --layers: the union model
+            and each depth pair's, median of five, and the models' sizes (to compare two commits)
   shapes    ``milp.solve`` on real model shapes at --layers layers (``shape_instances``: every model
             preset of 3-32B on each hardware preset, at the device's own memory and at a budget with
             room for a third of the boundaries; --seeds filters by label substring): seconds, gap, proof
 
 Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|search|shapes|
-     shape-lps|pair-lps|lp-paths|leftover] [--layers 64] [--depths 2 1]
+     shape-lps|pair-lps|lp-paths|leftover|builds] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
 """
 
@@ -427,6 +429,20 @@ def _planner_row(label):
     return dict(solve_cases())[label]
 
 
+def builds(args):
+    c, hw = instance(args.layers)
+    for label, kw in [("union", dict(union=True))] + [(f"depths {dw},{da}", dict(weight_prefetch_depth=dw, act_prefetch_depth=da))
+                                                     for dw, da in milp.MILP_DEPTHS]:
+        seconds = []
+        for _ in range(5):
+            t = time.perf_counter()
+            b = milp.build(c, hw, **kw)
+            seconds.append(time.perf_counter() - t)
+        m = b.model
+        print(f"{args.layers} layers, {label:12s}: build {statistics.median(seconds):.3f} s (median of 5; "
+              f"{min(seconds):.3f}-{max(seconds):.3f}), {m.num_cols} columns, {m.num_rows} rows, {m.num_nz} nonzeros")
+
+
 def lp_paths(args):
     import threading
 
@@ -487,7 +503,7 @@ def leftover(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept",
-                                          "search", "shapes", "shape-lps", "pair-lps", "lp-paths", "leftover"])
+                                          "search", "shapes", "shape-lps", "pair-lps", "lp-paths", "leftover", "builds"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
@@ -498,7 +514,7 @@ def main():
     args = ap.parse_args()
     {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
      "varied-lps": varied_lps, "kept": kept, "search": search_time, "shapes": shapes, "shape-lps": shape_lps, "pair-lps": pair_lps,
-     "lp-paths": lp_paths,
+     "lp-paths": lp_paths, "builds": builds,
      "leftover": leftover}[args.probe](args)
 
 

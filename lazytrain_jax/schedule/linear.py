@@ -307,10 +307,30 @@ class Model:
         self.objective = LinExpr()
         self.bound_rows = set()
         self.arrays_kept = {}
-        self.start = []
-        self.cutoff = INF
         self.verbose = 1 if verbose else 0
         self._mip = None  # (python-mip model, rows written there, the last of them)
+        self._start, self._cutoff = None, INF
+        self._changed = set()  # "start", "cutoff": set here since CBC's model last took them
+
+    @property
+    def start(self):
+        """CBC's warm start, (variable, value) pairs (None: none given)."""
+        return self._start
+
+    @start.setter
+    def start(self, pairs):
+        self._start = pairs
+        self._changed.add("start")
+
+    @property
+    def cutoff(self) -> float:
+        """CBC's cutoff: only plans below it."""
+        return self._cutoff
+
+    @cutoff.setter
+    def cutoff(self, value: float):
+        self._cutoff = value
+        self._changed.add("cutoff")
 
     def add_var(self, lb=0.0, ub=INF, var_type: str = CONTINUOUS) -> Var:
         """A new column; a binary's upper bound is 1 where none is given (as python-mip's)."""
@@ -366,7 +386,8 @@ class Model:
             model, written, last = kept
             if written > len(self.rows) or (written and self.rows[written - 1] is not last):
                 kept = None  # rows were removed or replaced: write it again
-        if kept is None:
+        fresh = kept is None
+        if fresh:
             bind_cbc()
             model = mip.Model(sense=mip.MINIMIZE, solver_name="CBC")
             model.threads = 1
@@ -386,6 +407,14 @@ class Model:
         objective.set_expr({cols[v.idx]: c for v, c in self.objective.expr.items()})
         model.objective = mip.minimize(objective)
         model.verbose = self.verbose
-        model.start = [(cols[v.idx], value) for v, value in self.start]
-        model.cutoff = self.cutoff
+        # the start and cutoff go to CBC as python-mip's setters would have sent them, only once
+        # given (or, in a model written afresh, where they differ from its defaults): setting an
+        # empty start changes which of two equally fast plans CBC returns
+        send_start = self._start is not None if fresh else "start" in self._changed
+        send_cutoff = self._cutoff != INF if fresh else "cutoff" in self._changed
+        if send_start:
+            model.start = None if self._start is None else [(cols[v.idx], value) for v, value in self._start]
+        if send_cutoff:
+            model.cutoff = self._cutoff
+        self._changed.clear()
         return model

@@ -70,6 +70,15 @@ def test_cbcs_copy_follows_the_bounds_rows_and_start():
     assert math.isinf(m.mip_model().cutoff)
 
 
+def test_cbc_gets_a_start_only_once_one_is_given():
+    """An empty start set in CBC changes which of two equally fast plans it returns: a model that
+    was never given one leaves python-mip's start unset, as a python-mip model would."""
+    m = _built().model
+    assert m.start is None and m.mip_model().start is None and m.mip_model().cutoff > 1e300  # (CBC: its largest double)
+    m.start = []
+    assert m.mip_model().start == []
+
+
 def test_a_fresh_variable_reads_no_value_before_a_solve():
     m = linear.Model()
     v = m.add_var()
