@@ -63,7 +63,27 @@ def bind_cbc() -> bool:
             gc.enable()
 
 
-class Var:
+class _Term:
+    """What variables and expressions share: division by a number is multiplication by its
+    inverse, and ``>=`` / ``<=`` make rows (each kind's ``_row``, as python-mip writes them)."""
+
+    __slots__ = ()
+
+    def __truediv__(self, other):
+        if not _real(other):
+            return NotImplemented
+        if abs(other) < EPS:
+            raise ZeroDivisionError(f"{type(self).__name__} divided by zero")
+        return self.__mul__(1.0 / other)
+
+    def __ge__(self, other):
+        return self._row(other, ">")
+
+    def __le__(self, other):
+        return self._row(other, "<")
+
+
+class Var(_Term):
     """A variable of a :class:`Model`: its column ``idx``, bounds and type (mip's "C", "B" or "I").
     Hashes by identity; its arithmetic makes :class:`LinExpr` as python-mip's does."""
 
@@ -124,13 +144,6 @@ class Var:
 
     __rmul__ = __mul__
 
-    def __truediv__(self, other):
-        if not _real(other):
-            return NotImplemented
-        if abs(other) < EPS:
-            raise ZeroDivisionError("variable divided by zero")
-        return self.__mul__(1.0 / other)
-
     def __neg__(self):
         return LinExpr.of({self: -1.0})
 
@@ -143,14 +156,8 @@ class Var:
             return LinExpr.of({self: 1}, -1 * other, sense)
         return NotImplemented
 
-    def __ge__(self, other):
-        return self._row(other, ">")
 
-    def __le__(self, other):
-        return self._row(other, "<")
-
-
-class LinExpr:
+class LinExpr(_Term):
     """``Σ expr[var] · var + const``, and as a row its ``sense`` (">": ≥ 0, "<": ≤ 0, "=": = 0,
     "": none), as python-mip's ``LinExpr``."""
 
@@ -235,28 +242,13 @@ class LinExpr:
 
     __rmul__ = __mul__
 
-    def __truediv__(self, other):
-        if not _real(other):
-            return NotImplemented
-        if abs(other) < EPS:
-            raise ZeroDivisionError("expression divided by zero")
-        return self.__mul__(1.0 / other)
-
     def __neg__(self):
         return self.__mul__(-1)
 
     def _row(self, other, sense: str) -> "LinExpr":
-        out = self - other
-        if out is self:
-            out = self.copy()
+        out = self - other   # (a new expression: subtraction always copies)
         out.sense = sense
         return out
-
-    def __ge__(self, other):
-        return self._row(other, ">")
-
-    def __le__(self, other):
-        return self._row(other, "<")
 
     def __len__(self):
         return len(self.expr)
@@ -295,8 +287,7 @@ def minimize(objective) -> LinExpr:
 class Model:
     """A minimisation held here: its variables (in column order), rows (expressions with a sense),
     objective, and what CBC is to start from (``start``: (variable, value) pairs) and cut off at
-    (``cutoff``). ``bound_rows``: indices into ``rows`` of rows that only tighten the LP bound
-    (``milp._Model.add_bound_row``); ``arrays_kept``: ``milp._highs_arrays``' reads of the rows.
+    (``cutoff``).
 
     HiGHS reads it as arrays; :meth:`mip_model` writes it into python-mip's CBC for the solves
     CBC or CLP makes, with the bounds as they are now."""
@@ -305,8 +296,6 @@ class Model:
         self.vars = []
         self.rows = []
         self.objective = LinExpr()
-        self.bound_rows = set()
-        self.arrays_kept = {}
         self.verbose = 1 if verbose else 0
         self._mip = None  # (python-mip model, rows written there, the last of them)
         self._start, self._cutoff = None, INF

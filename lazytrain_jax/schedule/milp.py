@@ -144,7 +144,13 @@ MILP_DEPTHS = ((1, 1), (2, 1), (1, 2), (2, 2))   # (weight_prefetch_depth, act_p
 class _Model(linear.Model):
     """The planner's model (``linear.Model``: held here, read by HiGHS as arrays, written into
     python-mip's CBC only where CBC or CLP solves it), with the rows that only tighten its bound
-    marked."""
+    marked (``bound_rows``: their indices into ``rows``) and ``_highs_arrays``' reads of the rows
+    kept (``arrays_kept``)."""
+
+    def __init__(self, verbose: bool = False):
+        super().__init__(verbose)
+        self.bound_rows = set()
+        self.arrays_kept = {}
 
     def add_bound_row(self, lin_expr):
         """A valid inequality that every plan meets and only the LP bound needs: the neighbourhoods'
@@ -1382,14 +1388,14 @@ def _background_lps(builts: list, workers: int = 1, points: list | None = None):
     return values
 
 
-def _highs_lp(m: linear.Model) -> float | None:
+def _highs_lp(m: _Model) -> float | None:
     """The LP relaxation of ``m`` (a minimisation) solved by HiGHS: its optimum (a bound within
     ``IPM_GAP`` below it), inf when infeasible, None when HiGHS cannot say (or scipy is missing)."""
     arrays = _highs_arrays(m)
     return None if arrays is None else _highs_solve(arrays)
 
 
-def _highs_arrays(m: linear.Model, bound_rows: bool = True):
+def _highs_arrays(m: _Model, bound_rows: bool = True):
     """``m``'s LP as scipy ``linprog`` arrays, ``(cost, args, objective constant)`` (None without
     scipy). Reads the model: holds the interpreter, unlike :func:`_highs_solve`."""
     try:
@@ -3096,7 +3102,7 @@ def _scipy_milp():
     return milp
 
 
-def _highs_mip(m: linear.Model, rel_gap: float, time_limit_s: float, max_nodes: int,
+def _highs_mip(m: _Model, rel_gap: float, time_limit_s: float, max_nodes: int,
                cutoff: float | None = None, *, root_lp: str = "choose", bound_rows: bool = True) -> Solved:
     """HiGHS' branch and cut (scipy's bundled HiGHS) on ``m``, to ``rel_gap`` of its own incumbent;
     ``cutoff``: only plans whose objective is at most this (a row on the objective), so INFEASIBLE
