@@ -2777,11 +2777,16 @@ def _decision_indices(built: Built) -> set:
 
 
 RENS_GAP = 0.5        # _rens stops at this fraction of rel_gap from its own bound
-# ... or after this many nodes (in ``solve``): where the union LP's solution is fractional in many
-# binaries each node of the neighbourhood is slow, and its best plans come early (qwen2.5-3b shape
-# on an A100, 64 layers, 132 of 682 binaries free: 9.427 s after 20 nodes in 2.2 s, 9.410 s after
-# 60 in 6.2 s, 9.405 s after 300 in 27.6 s; the tier neighbourhood then proves each within 1 %)
-RENS_MAX_NODES = 30
+# ... or after this many nodes (in ``solve``; also the offload pattern's): HiGHS' root alone. Its
+# plans come from the root's heuristics; what a second node costs first is the root's strong
+# branching, which only closes the neighbourhood's own gap: varied seed 17, 128 layers, the
+# sub-MIP of its first neighbourhood 4.1 s at 30 nodes (ending at the root, 2 s of it strong
+# branching), 2.2 s at 1, the same 13.156 s plan. At 30 nodes against 1, the same plans on the 40
+# varied seeds at 128 and 64 layers (but seed 0 at 64 layers, which reaches the time limit either
+# way), the 96 `shapes` instances at 128 and 64 layers, `planner.py`'s rows and the 63 fingerprint
+# instances; varied seeds 17 and 35 at 64 layers were proved in 9.0 and 8.6 s where they took 20.1
+# (unproved, 1.63 %) and 18.7 s (benchmarks/RESULTS.md, "The neighbourhoods' sub-MIPs at their root")
+RENS_MAX_NODES = 1
 RENS_TOLERANCE = 1e-4  # an LP value this close to 0 or 1 counts as integral (fixed by _rens)
 RENS_FREED = ("host", "nv")  # the decisions _rens leaves free where fixing them all is infeasible
 
