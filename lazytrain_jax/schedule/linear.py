@@ -177,9 +177,6 @@ class LinExpr(_Term):
         out.sense = sense
         return out
 
-    def set_expr(self, expr: dict):
-        self.expr = expr
-
     def copy(self) -> "LinExpr":
         return LinExpr.of(dict(self.expr), self.const, self.sense)
 
@@ -191,16 +188,6 @@ class LinExpr(_Term):
         expr, get = self.expr, self.expr.get
         for var, c in other.expr.items():
             expr[var] = get(var, 0) + c * coeff
-
-    def add_term(self, term, coeff=1):
-        if isinstance(term, Var):
-            self.add_var(term, coeff)
-        elif isinstance(term, LinExpr):
-            self.add_expr(term, coeff)
-        elif _real(term):
-            self.const += term * coeff
-        else:
-            raise TypeError(f"cannot add a {type(term).__name__} to a linear expression")
 
     def __add__(self, other):
         if _real(other):
