@@ -387,6 +387,78 @@ def test_rens_runs_again_from_a_halfs_interior_point_where_its_vertex_gave_a_far
     assert run.incumbent.predicted_step_time_s == (10.2 if retried else 10.5)
 
 
+@pytest.mark.parametrize("found,proved", [(None, False), (10.6, False), (10.05, True)])
+def test_rens_runs_again_from_the_union_lps_interior_point_once(monkeypatch, found, proved):
+    """``_Solve.union_interior_retry``: ``_rens`` from the union LP's interior point (not its vertex,
+    ``union_point``), at the pair that point leans to, once; a faster plan replaces the incumbent,
+    and the union LP's proof of it is returned. Nothing where the union LP's point is already its
+    interior point (no basis)."""
+    num_layers, seed, dev, host, nvme, bw = CASES[1]
+    costs = instance(num_layers, seed)
+    hw = hardware_for(costs, dev, host, nvme, bw)
+    union = milp.build(costs, hw, union=True, max_segment_length=4, max_resident_tail=num_layers)
+    arrays = milp._highs_arrays(union.model)
+    vertex, basis, interior = [], [], []
+    lp = milp._highs_solve(arrays, vertex, basis)
+    milp._highs_solve(arrays, interior)
+    assert basis and not numpy.allclose(vertex[0], interior[0])
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.union, run.deadline, run.cutoff, run.depths = 1e-2, 10.0, math.inf, None, milp.MILP_DEPTHS
+    run.union_built, run.arrays, run.union_point, run.union_basis = union, arrays, vertex, basis
+    run.interior_retried, run.stats, run.depth_bounds = False, {"lp_s": 0.0, "lp_solves": 0}, {}
+    run.incumbent = start = types.SimpleNamespace(predicted_step_time_s=10.3)
+    calls = []
+
+    def rens_at(built, point, tail=False):
+        calls.append((built, point, tail))
+        return None if found is None else types.SimpleNamespace(predicted_step_time_s=found)
+    monkeypatch.setattr(run, "rens_at", rens_at, raising=False)
+    monkeypatch.setattr(run, "model_at", lambda d: d, raising=False)
+    assert run.union_interior_retry() is proved
+    assert run.union_interior_retry() is False    # once
+    [(pair, point, tail)] = calls
+    assert numpy.array_equal(point, interior[0]) and tail
+    assert pair == milp._leaning(interior[0], union, milp.MILP_DEPTHS)[0]
+    assert run.incumbent.predicted_step_time_s == (found if found is not None and found < 10.3 else 10.3)
+    assert math.isfinite(lp)
+    run.interior_retried, run.union_basis, run.incumbent = False, [], start
+    assert run.union_interior_retry() is False and len(calls) == 1    # no vertex: nothing to retry
+
+
+@pytest.mark.parametrize("roots_settle,retry_proves,expected", [
+    (True, None, "highs"),         # the roots prove the plan: no retry
+    (False, True, "retry"),        # they do not: the retry from the interior point proves it
+    (False, False, None),          # neither: unproved, carried on
+])
+def test_settle_retries_from_the_interior_point_only_after_the_roots_leave_the_plan_open(
+        monkeypatch, roots_settle, retry_proves, expected):
+    """``_Solve.settle``: HiGHS' roots on the open halves first; ``union_interior_retry`` only where
+    they leave the incumbent unproved, and its proof returned."""
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.union, run.deadline, run.cutoff, run.direct = 1e-2, 10.0, math.inf, None, True
+    run.weights, run.depths, run.depth_bounds, run.rooted = [1, 2], milp.MILP_DEPTHS, {1: 10.0, 2: 10.05}, None
+    run.union_built, run.arrays, run.pair_proof, run.tail_proof = None, None, None, None
+    run.stats, run.t0 = {"bb_s": 0.0, "bb_runs": 0}, 0.0
+    plan = types.SimpleNamespace(predicted_step_time_s=10.3, replace=lambda **kw: ("proved", kw.get("gap")))
+    run.incumbent = plan
+    for name in ("join_splits", "start_offload_split", "pair_lps", "tail_split"):
+        monkeypatch.setattr(run, name, lambda *a: None, raising=False)
+    monkeypatch.setattr(milp, "_half_roots", lambda union, arrays, bar, halves, rel_gap, left:
+                        dict.fromkeys(halves, roots_settle))
+    retries = []
+
+    def retry():
+        retries.append(True)
+        if retry_proves:
+            run.union = 10.25
+        return bool(retry_proves)
+    monkeypatch.setattr(run, "union_interior_retry", retry, raising=False)
+    result = run.settle()
+    assert retries == ([] if roots_settle else [True])
+    assert run.stats.get("proof") == {"highs": "highs", "retry": "union_lp", None: None}[expected]
+    assert (result is None) == (expected is None)
+
+
 def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
     """rens_in_union_phase takes the pair the point leans to most among those not yet tried, with
     the half's weight prefetch depth: a half whose point leans to the pair the union's point took
