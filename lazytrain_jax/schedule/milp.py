@@ -2065,6 +2065,9 @@ class _Solve:
             self.tail_split()
             if self.tail_proof is not None:
                 return self.tail_proof
+            if self.vertex_on_one_pair() and self.union_interior_retry():
+                return self.proved_by_union("union_lp")
+            incumbent = self.incumbent
             # HiGHS' root on each half of the union model the split left open, asked only for a
             # plan rel_gap faster: where none exists the half's depth pairs are ruled out (random
             # host-only 128-layer instances: 1.1-3.7 s a half, both halves side by side, where each
@@ -2097,19 +2100,31 @@ class _Solve:
             return self.proved_by_union("union_lp")
         return None
 
+    def vertex_on_one_pair(self) -> bool:
+        """Whether the union LP's point is a vertex whose depth indicators are all integral (within
+        ``RENS_TOLERANCE``): all its weight on one depth pair."""
+        if not self.union_basis or not self.union_point or self.union_built.depth_indicators is None:
+            return False
+        point = self.union_point[0]
+        return all(min(abs(point[v.idx]), abs(1.0 - point[v.idx])) <= RENS_TOLERANCE
+                   for v in self.union_built.depth_indicators)
+
     def union_interior_retry(self) -> bool:
-        """Once, after HiGHS' roots on the halves left the incumbent unproved, where the union LP's
-        point is a vertex (``union_basis``): ``_rens`` again, from the union LP's interior point
-        (solved here), at the depth pair that point leans to (tried before or not). Whether the
-        union LP proves the incumbent then.
+        """Once, in ``settle``, where the union LP's point is a vertex (``union_basis``): ``_rens``
+        again, from the union LP's interior point (solved here), at the depth pair that point leans
+        to (tried before or not). Whether the union LP proves the incumbent then. Before HiGHS'
+        roots on the halves where that vertex puts all its weight on one depth pair
+        (``vertex_on_one_pair``), else after them, where they leave the incumbent unproved.
 
         The union LP ends at a vertex so that the depth split's halves start from its basis, and
         ``_rens`` from a vertex fixes more binaries: qwen2.5-3b shape, A100, room for a third of
-        the boundaries, 64 layers: from the vertex the neighbourhoods' best was 9.4598 s, 1.6 %
-        above the union LP, and the roots took 12-14 s to prove nothing; from the interior point
-        the LP leans to (2, 2), and its neighbourhood gives 9.3995 s, which the union LP proves.
-        Before the roots (or at the first neighbourhood) it cost where the roots prove the plan:
-        varied seed 5, 128 layers, 15.0 s proved -> 20.5 s unproved, seed 27 6.7 -> 8.6 s."""
+        the boundaries, 64 layers: the vertex's depth indicators are (0, 1), and from it the
+        neighbourhoods' best was 9.4598 s, 1.6 % above the union LP, and the roots took 12-14 s to
+        prove nothing; the interior point's are (0.19, 0.69), it leans to (2, 2), and its
+        neighbourhood gives 9.3995 s, which the union LP proves. Where the vertex's indicators are
+        fractional (varied seeds 0, 3, 5, 8, 27, 35 and 38 at 128 layers) the interior point's are
+        the same and so is its pair; before the roots there, the retry cost where the roots prove
+        the plan: seed 5, 15.0 s proved -> 20.5 s unproved, seed 27 6.7 -> 8.6 s."""
         if not INTERIOR_RETRY or self.interior_retried or not self.union_basis or self.expired():
             return False
         self.interior_retried = True

@@ -425,15 +425,20 @@ def test_rens_runs_again_from_the_union_lps_interior_point_once(monkeypatch, fou
     assert run.union_interior_retry() is False and len(calls) == 1    # no vertex: nothing to retry
 
 
-@pytest.mark.parametrize("roots_settle,retry_proves,expected", [
-    (True, None, "highs"),         # the roots prove the plan: no retry
-    (False, True, "retry"),        # they do not: the retry from the interior point proves it
-    (False, False, None),          # neither: unproved, carried on
+@pytest.mark.parametrize("one_pair,roots_settle,retry_proves,expected,order", [
+    (False, True, None, "highs", ["roots"]),             # the roots prove the plan: no retry
+    (False, False, True, "retry", ["roots", "retry"]),   # they do not: the retry proves it
+    (False, False, False, None, ["roots", "retry"]),     # neither: unproved, carried on
+    # the union LP's vertex all on one depth pair: the retry first, the roots where it proves nothing
+    (True, True, True, "retry", ["retry"]),
+    (True, True, False, "highs", ["retry", "roots"]),
+    (True, False, False, None, ["retry", "roots"]),      # once
 ])
-def test_settle_retries_from_the_interior_point_only_after_the_roots_leave_the_plan_open(
-        monkeypatch, roots_settle, retry_proves, expected):
-    """``_Solve.settle``: HiGHS' roots on the open halves first; ``union_interior_retry`` only where
-    they leave the incumbent unproved, and its proof returned."""
+def test_settle_retries_from_the_interior_point_where_the_roots_leave_the_plan_open(
+        monkeypatch, one_pair, roots_settle, retry_proves, expected, order):
+    """``_Solve.settle``: HiGHS' roots on the open halves, and ``union_interior_retry`` where they
+    leave the incumbent unproved, or before them where the union LP's vertex puts all its weight on
+    one depth pair (``vertex_on_one_pair``); the proof of either returned."""
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.union, run.deadline, run.cutoff, run.direct = 1e-2, 10.0, math.inf, None, True
     run.weights, run.depths, run.depth_bounds, run.rooted = [1, 2], milp.MILP_DEPTHS, {1: 10.0, 2: 10.05}, None
@@ -443,20 +448,39 @@ def test_settle_retries_from_the_interior_point_only_after_the_roots_leave_the_p
     run.incumbent = plan
     for name in ("join_splits", "start_offload_split", "pair_lps", "tail_split"):
         monkeypatch.setattr(run, name, lambda *a: None, raising=False)
-    monkeypatch.setattr(milp, "_half_roots", lambda union, arrays, bar, halves, rel_gap, left:
-                        dict.fromkeys(halves, roots_settle))
-    retries = []
+    steps = []
+
+    def half_roots(union, arrays, bar, halves, rel_gap, left):
+        steps.append("roots")
+        return dict.fromkeys(halves, roots_settle)
+    monkeypatch.setattr(milp, "_half_roots", half_roots)
 
     def retry():
-        retries.append(True)
+        if "retry" in steps:
+            return False
+        steps.append("retry")
         if retry_proves:
             run.union = 10.25
         return bool(retry_proves)
     monkeypatch.setattr(run, "union_interior_retry", retry, raising=False)
+    monkeypatch.setattr(run, "vertex_on_one_pair", lambda: one_pair, raising=False)
     result = run.settle()
-    assert retries == ([] if roots_settle else [True])
+    assert steps == order
     assert run.stats.get("proof") == {"highs": "highs", "retry": "union_lp", None: None}[expected]
     assert (result is None) == (expected is None)
+
+
+@pytest.mark.parametrize("y,basis,expected", [
+    ((0.0, 1.0), True, True), ((1.0, 1.0), True, True), ((0.5, 1.0), True, False),
+    ((0.0, 0.03), True, False), ((0.0, 1.0), False, False)])
+def test_a_vertex_on_one_depth_pair(y, basis, expected):
+    """``_Solve.vertex_on_one_pair``: the union LP's point a vertex (a basis) whose depth indicators
+    are all 0 or 1 (within ``RENS_TOLERANCE``)."""
+    indicators = [types.SimpleNamespace(idx=0), types.SimpleNamespace(idx=1)]
+    run = milp._Solve.__new__(milp._Solve)
+    run.union_built = types.SimpleNamespace(depth_indicators=indicators)
+    run.union_point, run.union_basis = [list(y)], (["basis"] if basis else [])
+    assert run.vertex_on_one_pair() is expected
 
 
 def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
