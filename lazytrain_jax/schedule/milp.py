@@ -2096,6 +2096,11 @@ class _Solve:
                 return plan
             if self.union_interior_retry():
                 return self.proved_by_union("union_lp")
+            if self.incumbent is not incumbent:
+                # a faster plan: the halves the roots ruled out, with the others' bounds, may prove it
+                plan = self.proved_at_bar(self.incumbent, self.incumbent.predicted_step_time_s * (1 - rel_gap), "highs")
+                if plan is not None:
+                    return plan
         if self.union_proves(incumbent):
             return self.proved_by_union("union_lp")
         return None

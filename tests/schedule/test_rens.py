@@ -433,6 +433,9 @@ def test_rens_runs_again_from_the_union_lps_interior_point_once(monkeypatch, fou
     (True, True, True, "retry", ["retry"]),
     (True, True, False, "highs", ["retry", "roots"]),
     (True, False, False, None, ["retry", "roots"]),      # once
+    # the roots rule out half 1 only; the retry's faster plan (10.15 s) clears half 2's own bound
+    # (10.05 s) by rel_gap, so the halves prove it
+    (False, {1: True, 2: False}, "faster", "highs", ["roots", "retry"]),
 ])
 def test_settle_retries_from_the_interior_point_where_the_roots_leave_the_plan_open(
         monkeypatch, one_pair, roots_settle, retry_proves, expected, order):
@@ -452,13 +455,16 @@ def test_settle_retries_from_the_interior_point_where_the_roots_leave_the_plan_o
 
     def half_roots(union, arrays, bar, halves, rel_gap, left):
         steps.append("roots")
-        return dict.fromkeys(halves, roots_settle)
+        return {dw: roots_settle[dw] if isinstance(roots_settle, dict) else roots_settle for dw in halves}
     monkeypatch.setattr(milp, "_half_roots", half_roots)
 
     def retry():
         if "retry" in steps:
             return False
         steps.append("retry")
+        if retry_proves == "faster":
+            run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.15, replace=plan.replace)
+            return False
         if retry_proves:
             run.union = 10.25
         return bool(retry_proves)
