@@ -2111,8 +2111,7 @@ class _Solve:
         if not self.union_basis or not self.union_point or self.union_built.depth_indicators is None:
             return False
         point = self.union_point[0]
-        return all(min(abs(point[v.idx]), abs(1.0 - point[v.idx])) <= RENS_TOLERANCE
-                   for v in self.union_built.depth_indicators)
+        return not any(RENS_TOLERANCE < point[v.idx] < 1.0 - RENS_TOLERANCE for v in self.union_built.depth_indicators)
 
     def union_interior_retry(self) -> bool:
         """Once, in ``settle``, where the union LP's point is a vertex (``union_basis``): ``_rens``
