@@ -116,8 +116,16 @@ def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatc
         assert value <= vertex_value <= value + 2 * milp.IPM_GAP * (1 + abs(value))
         if start == "basis, capped":
             monkeypatch.setattr(milp, "HOT_ITERATIONS", 1e-9)   # one iteration: never enough here
-        ends = {}
-        bounds, points = milp._depth_split(union, arrays, basis, ends)
+        ends, early = {}, {1: milp.concurrent.futures.Future(), 2: milp.concurrent.futures.Future()}
+        bounds, points = milp._depth_split(union, arrays, basis, ends, early)
+        for dw in (1, 2):   # each half's first bound: at most its value; from the cap, at least the union LP's
+            first = early[dw].result()
+            assert first() <= bounds[dw] + 1e-9 * (1 + abs(bounds[dw]))
+            if start == "basis":
+                assert first() == bounds[dw]
+            elif math.isfinite(bounds[dw]):
+                cutoff = bounds[dw] * 1.5
+                assert value - 1e-6 * abs(value) <= first(cutoff) <= bounds[dw] + 1e-9 * (1 + abs(bounds[dw]))
         # the halves that ended from the basis are marked: both (where feasible), none when capped
         vertices = set(ends)
         assert vertices == (set() if start == "basis, capped" else {dw for dw in (1, 2) if math.isfinite(bounds[dw])})
@@ -137,6 +145,112 @@ def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatc
                 assert bounds[dw] <= exact.predicted_step_time_s * (1 + 1e-7)
         if dw in points:  # the solution is at that depth
             assert points[dw][union.depth_indicators[0].idx] == pytest.approx(dw - 1, abs=1e-9)
+
+
+def _random_lp(rng, rows=12, cols=10):
+    """A bounded, feasible random LP as ``_highs_arrays`` writes one: covering rows (A x ≥ b, A ≥ 0)
+    over nonnegative costs, every other column's ceiling infinite; costless columns with an
+    infinite ceiling that only a row x_j − x_k ≤ 0 (x_k's ceiling finite) bounds; one equality row."""
+    import scipy.sparse
+    a = rng.uniform(0, 1, (rows, cols)) * (rng.uniform(size=(rows, cols)) < 0.5)
+    a[:, 2] = rng.uniform(0.5, 1, rows)   # column 2 (costed, no ceiling) covers every row: feasible
+    b = rng.uniform(0.5, 2.0, rows)
+    cost = rng.uniform(0, 1, cols) * (rng.uniform(size=cols) < 0.8)
+    cost[2] = 1.0
+    upper = numpy.where(numpy.arange(cols) % 2 == 0, numpy.inf, rng.uniform(1, 3, cols))
+    free = [j for j in range(cols) if cost[j] == 0 and upper[j] == numpy.inf]
+    extra = []
+    for j in free:   # x_j − x_k ≤ 0 with x_k's ceiling finite
+        k = next(k for k in range(cols) if upper[k] < numpy.inf)
+        row = numpy.zeros(cols)
+        row[j], row[k] = 1.0, -1.0
+        extra.append(row)
+    a_ub = numpy.vstack([-a] + extra) if extra else -a
+    b_ub = numpy.concatenate([-b, numpy.zeros(len(extra))])
+    a_eq = numpy.zeros((1, cols))
+    a_eq[0, [1, 3]] = 1.0   # x_1 + x_3 = 1 (their ceilings at least 1)
+    bounds = numpy.stack([numpy.zeros(cols), upper], axis=1)
+    return cost, dict(A_ub=scipy.sparse.csr_matrix(a_ub), b_ub=b_ub, A_eq=scipy.sparse.csr_matrix(a_eq),
+                      b_eq=numpy.ones(1), bounds=bounds), 0.25
+
+
+def test_dual_bound_by_hand():
+    """``_dual_bound`` on min x0 + 0.25 s.t. x0 ≥ 1, x1 − x2 ≤ 0, x1 ≥ 0.5, x0, x1 ≥ 0 without a
+    ceiling, x2 ∈ [0, 1] (optimum 1.25), from the duals (−2, 3, −1): the wrong-signed 3 counts as 0;
+    x0's reduced cost −1 presses on its open ceiling, which an objective at most the cutoff 1.5
+    caps at 1.25; x1's (−1) on the ceiling x1 ≤ x2 ≤ 1 implies: 2 − 1.25 + 0.5 − 1 + 0.25 = 0.5.
+    Without a cutoff, x0 has no ceiling: -inf."""
+    import scipy.sparse
+    a_ub = scipy.sparse.csr_matrix(numpy.array([[-1.0, 0, 0], [0, 1.0, -1.0], [0, -1.0, 0]]))
+    problem = (numpy.array([1.0, 0, 0]), dict(A_ub=a_ub, b_ub=numpy.array([-1.0, 0, -0.5]), A_eq=None, b_eq=None,
+                                               bounds=numpy.array([[0, numpy.inf], [0, numpy.inf], [0, 1.0]])), 0.25)
+    rows = milp._highs_rows(problem)
+    y = numpy.array([-2.0, 3.0, -1.0])
+    assert milp._dual_bound(problem, rows, y, 1.5) == pytest.approx(0.5, abs=1e-8)
+    assert milp._dual_bound(problem, rows, y) == -math.inf
+    assert milp._dual_bound(problem, rows, numpy.array([-1.0, 0.0, 0.0])) == pytest.approx(1.25, abs=1e-8)  # optimal
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dual_bound_is_a_bound_for_any_duals_and_the_optimum_at_the_optimal_ones(seed):
+    """``_dual_bound``: at HiGHS' optimal row duals it is the LP's optimum; from any row duals
+    (random ones, of either sign) and any cutoff it is at most the optimum; open columns are
+    bounded by their rows or, with a cutoff, by the objective."""
+    rng = numpy.random.default_rng(seed)
+    problem = _random_lp(rng)
+    cost, args, const = problem
+    rows = milp._highs_rows(problem)
+    h = milp._highs_model(cost, rows, args["bounds"][:, 0], args["bounds"][:, 1], None, {"solver": "simplex"})
+    h.run()
+    assert h.getModelStatus() == milp._highs_object().HighsModelStatus.kOptimal
+    optimum = h.getInfo().objective_function_value + const
+    duals = numpy.array(h.getSolution().row_dual)
+    assert milp._dual_bound(problem, rows, duals) == pytest.approx(optimum, rel=1e-7)
+    assert milp._dual_bound(problem, rows, duals, optimum * 2) == pytest.approx(optimum, rel=1e-7)
+    assert milp._dual_bound(problem, rows, duals, optimum * 0.9) == optimum * 0.9   # the cutoff, lower
+    finite = 0
+    for _ in range(200):
+        y = duals + rng.normal(0, rng.choice([1e-6, 1e-2, 1.0]), len(duals))
+        for cutoff in (math.inf, optimum * rng.uniform(0.8, 3.0)):
+            bound = milp._dual_bound(problem, rows, y, cutoff)
+            assert bound <= optimum + 1e-12
+            finite += math.isfinite(bound)
+    assert finite > 100   # the open columns' ceilings make most of them finite
+
+
+@pytest.mark.parametrize("firsts,plan,waited,union", [
+    ((10.12, 10.2), None, False, 10.12),     # the halves' first bounds prove the 10.2 s incumbent
+    ((10.12, 10.05), None, True, 10.08),     # one half's does not: its end is waited for
+    ((10.05, 10.12), 10.15, False, 10.05),   # they prove a faster plan about to replace the incumbent
+])
+def test_join_depth_split_proves_from_the_halves_first_bounds(firsts, plan, waited, union):
+    """``_Solve.join_depth_split``: each half's first bound (``depth_early``, a function of the best
+    plan's value) is taken where the lower of them proves the best plan, without waiting for the
+    halves' ends; otherwise the split's values (here 10.08 and 10.3) are joined as before."""
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.union, run.cutoff, run.weights, run.depth_bounds = 1e-2, 10.0, None, [1, 2], {}
+    run.depth_ends, run.stats = {}, {"lp_s": 0.0}
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.2)
+    asked = []
+
+    def first(value):
+        def bound(cutoff=math.inf):
+            asked.append(cutoff)
+            return value
+        return bound
+    run.depth_early = {}
+    for dw, value in zip((1, 2), firsts):
+        run.depth_early[dw] = milp.concurrent.futures.Future()
+        run.depth_early[dw].set_result(first(value))
+    ended = milp.concurrent.futures.Future()
+    ended.set_result((({1: 10.08, 2: 10.3}, {}), 0.5))
+    run.depth_split = types.SimpleNamespace(result=lambda: (calls.append("end"), ended.result())[1])
+    calls = []
+    run.join_depth_split(None if plan is None else types.SimpleNamespace(predicted_step_time_s=plan))
+    assert calls == (["end"] if waited else [])
+    assert run.union == pytest.approx(union)
+    assert asked == [plan or 10.2] * 2   # each asked with the best plan's value as its cutoff
+    assert bool(run.depth_bounds) == waited
 
 
 def _least_over_tail_counts(union, half):
