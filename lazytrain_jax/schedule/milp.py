@@ -83,7 +83,9 @@ solution is at hand) does not prove the union phase's plan, the LP's solution is
 ``_rens`` fixes every binary decision the LP takes whole and solves the rest exactly at the depth
 pair the LP leans to (``_leaning``), and the union LP is split on the weight prefetch depth
 (``_depth_split``: two LPs in parallel, each by dual simplex from the union LP's vertex
-(``_hot_lp``), one bound per half of the depth pairs, and ``_rens`` again from the solution of a
+(``_hot_lp``), one bound per half of the depth pairs; a half whose dual simplex reaches its
+iteration cap gives at once the bound its row duals give there (``_dual_bound``), which proves a
+plan without waiting for that half's LP from scratch; and ``_rens`` again from the solution of a
 half that leaves room: from its interior point again where its vertex gave a far plan,
 ``_Solve.rens_from_interior``). Where the LP offloads most layers' residuals in part,
 ``_offload_pattern`` fixes the offloads at their systematic rounding (every other layer at 0.5
