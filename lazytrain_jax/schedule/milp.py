@@ -1211,9 +1211,10 @@ def _hot_lp(problem, basis, point: list | None, hot: list | None = None, early=N
 
     ``early``: if a future, it is told a bound on the LP as soon as one is known, as a function of
     a cutoff (``_dual_bound``'s): where the iteration cap ends the dual simplex, the bound its row
-    duals give there, before the fallback starts; else the value (-inf where there is none). Varied seed 16, 128 layers:
-    the half at weight depth 1 ends its 1,703 iterations at 11.816 s (its optimum 11.877 s, from
-    scratch 1.4 s later), already above the bar of the plan it has to prove (11.747 s)."""
+    duals give there, before the fallback starts; else the value (-inf where there is none).
+    Varied seed 16, 128 layers: the half at weight depth 1 ends its 1,703 iterations at 11.816 s
+    (its optimum 11.877 s, from scratch 1.4 s later), already above the bar of the plan it has to
+    prove (11.747 s)."""
     value = None
     try:
         if basis is not None:
@@ -1256,10 +1257,9 @@ def _dual_bound(problem, rows, row_dual, cutoff: float = math.inf) -> float:
     bound takes, where the objective is a sum of nonnegative terms and it has a cost, the ceiling
     that an objective at most ``cutoff`` puts on it (every solution above ``cutoff`` is above the
     value returned), else the bound one of its rows implies (``_implied_bound``); -inf where
-    neither exists. A
-    dual simplex stopped early leaves a few such columns (reduced costs of 1e-12 to 1e-6: the duals'
-    wrong signs, taken as 0, and its perturbed costs). Lowered by ``DUAL_ROUND_OFF`` of its size for
-    the sums' round-off."""
+    neither exists. A dual simplex stopped early leaves a few such columns (reduced costs of 1e-12
+    to 1e-6: the duals' wrong signs, taken as 0, and its perturbed costs). Lowered by
+    ``DUAL_ROUND_OFF`` of its size for the sums' round-off."""
     import numpy as np
     import scipy.sparse
     cost, args, const = problem
@@ -2445,9 +2445,8 @@ class _Solve:
         Each half's first bound (``depth_early``: where its dual simplex from the union LP's basis
         reaches its iteration cap, the bound there, else its value) is waited for first: where
         those prove the incumbent (or ``plan``, a faster one about to replace it), the union LP is
-        raised to the lower of them and the halves' ends
-        (a from-scratch LP after the cap) are not waited for. Varied seed 16, 128 layers: 4.7 ->
-        3.7 s, the same plan."""
+        raised to the lower of them and the halves' ends (an LP from scratch after the cap) are not
+        waited for. Varied seed 16, 128 layers: 5.06 -> 4.00 s, the same plan."""
         if self.depth_split is None or self.depth_bounds or self.union_proves(self.incumbent):
             return
         if self.depth_early:
