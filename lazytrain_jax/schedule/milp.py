@@ -1107,7 +1107,7 @@ def _offload_split_gain(built: Built, point, costs) -> float:
     return 2.0 * total
 
 
-def _offload_split(built: Built, arrays, basis=None) -> float:
+def _offload_split(built: Built, arrays, basis=None, early: list | None = None) -> float:
     """A bound at least the LP's, for a model whose residuals may go to the host: the smaller of two
     LPs, one with no residual on the host, one with at least one there and its device staging
     (``memory.offload_working_bytes``: at least the least such residual) paid in full. The plain LP
@@ -1115,7 +1115,18 @@ def _offload_split(built: Built, arrays, basis=None) -> float:
     an eighth of every residual to the host and sits 1.4 % below the best plan; the two branches
     (on the LP for all depth pairs) bring that to 0.40 %. ``arrays``: the model's HiGHS arrays (``_highs_arrays``), None for CLP.
     ``basis``: the model's LP basis (``_highs_solve``'s list), where its branches start from it by
-    dual simplex (``_hot_lp``; the second's added row basic)."""
+    dual simplex (``_hot_lp``; the second's added row basic). ``early``: if a list, two futures, one
+    per branch, each told a bound on its branch as soon as one is known (``_hot_lp``)."""
+    try:
+        return _offload_branches(built, arrays, basis, early)
+    finally:
+        for future in early or ():  # told already, unless the branches were not solved by HiGHS
+            if not future.done():
+                future.set_result(lambda cutoff=math.inf: -math.inf)
+
+
+def _offload_branches(built: Built, arrays, basis, early) -> float:
+    """:func:`_offload_split`'s two LPs."""
     if not built.off:
         return -math.inf
     offs = [v.idx for v in built.off.values()]
@@ -1145,9 +1156,9 @@ def _offload_split(built: Built, arrays, basis=None) -> float:
             extended.col_status = list(basis[0].col_status)
             extended.row_status = rows[:n_ub] + [hc.HighsBasisStatus.kBasic] + rows[n_ub:]
             extended.valid = True
-            values = _parallel_lps(problems, bases=[basis[0], extended])
+            values = _parallel_lps(problems, bases=[basis[0], extended], early=early)
         else:
-            values = _parallel_lps(problems)
+            values = _parallel_lps(problems, early=early)
         return -math.inf if None in values else min(values)
     for v in built.off.values():  # no residual on the host
         v.ub = 0.0
@@ -1365,7 +1376,7 @@ def _depth_split(union_built: Built, arrays, basis=None, ends: dict | None = Non
     finally:
         for future in (early or {}).values():  # told already, unless the LPs failed
             if not future.done():
-                future.set_result(-math.inf)
+                future.set_result(lambda cutoff=math.inf: -math.inf)
     if ends is not None:
         ends.update((dw, h[0]) for dw, h in zip((1, 2), hot) if h)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},
@@ -2301,16 +2312,22 @@ class _Solve:
         points, bases = [[] for _ in builts], [[] for _ in builts]
         futures = [_in_thread(_highs_solve, a, point, basis) for a, point, basis in zip(arrays, points, bases)]
         values = [f.result() for f in futures]
-        splits = [_in_thread(_offload_split, b, a, basis)
-                  if value is not None and b.off and point and _staging_paid_in_part(b, point) else None
-                  for b, a, point, basis, value in zip(builts, arrays, points, bases, values)]
-        bounds = {}
-        for d, value, split in zip(self.depths, values, splits):
-            if value is None:
-                return   # HiGHS could not say: no bound from this step
-            bounds[d] = max(value, split.result() if split is not None else -math.inf)
-        self.stats["lp_s"] += time.perf_counter() - t
+        if None in values:
+            return   # HiGHS could not say: no bound from this step
+        early = [[concurrent.futures.Future(), concurrent.futures.Future()] for _ in builts]
+        splits = [_in_thread(_offload_split, b, a, basis, e)
+                  if b.off and point and _staging_paid_in_part(b, point) else None
+                  for b, a, point, basis, e in zip(builts, arrays, points, bases, early)]
         self.stats["lp_solves"] += len(builts) + sum(2 for f in splits if f is not None)
+        # the splits' first bounds (each branch's, as soon as its dual simplex ends or reaches its
+        # cap: _hot_lp) where those prove the incumbent, else the splits' ends
+        cutoff = self.incumbent.predicted_step_time_s
+        bounds = {d: max(value, min(f.result()(cutoff) for f in e) if split is not None else -math.inf)
+                  for d, value, split, e in zip(self.depths, values, splits, early)}
+        if not self.union_proves(self.incumbent, raised=min(bounds.values()) - self.union):
+            bounds = {d: max(value, split.result() if split is not None else -math.inf)
+                      for d, value, split in zip(self.depths, values, splits)}
+        self.stats["lp_s"] += time.perf_counter() - t
         self.pair_bounds = bounds
         least = min(bounds.values())
         self.union = max(self.union, least)
