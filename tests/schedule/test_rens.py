@@ -870,6 +870,56 @@ def test_pair_lps_bound_every_depth_pair_from_below_and_raise_the_union_lp(monke
         assert run.pair_proof.gap == pytest.approx(max(0.0, (value - run.union) / value))
 
 
+@pytest.mark.parametrize("proves", [True, False])
+def test_pair_lps_prove_from_the_offload_splits_first_bounds(monkeypatch, proves):
+    """``_Solve.pair_lps``: each depth pair's offload split tells its branches' first bounds
+    (``_hot_lp``'s, functions of the incumbent's value); where those prove the incumbent, the
+    splits' ends are not waited for; where they do not, every split's end is."""
+    costs, hw = _random_instance(12, 7)
+    monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "DEPTH_SPLIT_EARLY", -1.0)
+    monkeypatch.setattr(milp, "_staging_paid_in_part", lambda built, point: True)
+    stats = dict(search_s=0.0, lp_s=0.0, lp_solves=0, neighbourhood_s=0.0, rens_s=0.0, rens_runs=0, bb_s=0.0,
+                 bb_runs=0, proof="depth_lps")
+    kw = dict(max_segment_length=8, max_resident_tail=8, residual_offload=True, verbose=False)
+    run = milp._Solve(costs, hw, kw, t0=__import__("time").perf_counter(), time_limit_s=60.0, rel_gap=1e-2,
+                      warm_start=None, cutoff=None, depths=milp.MILP_DEPTHS,
+                      search_evaluations=milp.search.DEFAULT_EVALUATIONS, max_nodes=300, stats=stats)
+    value = run.union * 1.5   # far above every LP here: only the splits' bounds can prove it
+    for d in milp.MILP_DEPTHS:   # every pair split (the splits are stand-ins here)
+        if not run.model_at(d).off:
+            run.model_at(d).off = {None: None}
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=value, replace=lambda **kw: ("proved", kw))
+    asked, ended = [], []
+
+    def first(cutoff=math.inf):
+        asked.append(cutoff)
+        return value if proves else -math.inf
+
+    def offload_split(built, arrays, basis=None, early=None):
+        for future in early:
+            future.set_result(first)
+        return -math.inf
+
+    def in_thread(fn, *args):
+        if fn is offload_split:
+            fn(*args)
+            return types.SimpleNamespace(result=lambda: (ended.append(1), -math.inf)[1])
+        future = milp.concurrent.futures.Future()
+        future.set_result(fn(*args))
+        return future
+    monkeypatch.setattr(milp, "_offload_split", offload_split)
+    monkeypatch.setattr(milp, "_in_thread", in_thread)
+    run.pair_lps()
+    splits = len(asked) // 2   # the pairs with an LP solution (an infeasible pair has none)
+    assert splits >= 2 and asked == [value] * 2 * splits
+    assert len(ended) == (0 if proves else splits)
+    assert (run.pair_proof is not None) == proves
+    if proves:
+        assert run.union == pytest.approx(value) and stats["proof"] == "pair_lps"
+
+
 def test_rens_leaves_the_tiers_free_where_fixing_them_is_infeasible():
     """``_rens`` fixes every decision the LP takes whole; where those tiers do not fit the depth
     pair's memory (the LP's point took part of another pair's room) HiGHS says infeasible at once,
