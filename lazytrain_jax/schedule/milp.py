@@ -1121,8 +1121,7 @@ def _offload_split(built: Built, arrays, basis=None, early: list | None = None) 
         return _offload_branches(built, arrays, basis, early)
     finally:
         for future in early or ():  # told already, unless the branches were not solved by HiGHS
-            if not future.done():
-                future.set_result(lambda cutoff=math.inf: -math.inf)
+            _tell(future, -math.inf)
 
 
 def _offload_branches(built: Built, arrays, basis, early) -> float:
@@ -1255,9 +1254,15 @@ def _hot_lp(problem, basis, point: list | None, hot: list | None = None, early=N
         value = _highs_solve(problem, point)
         return value
     finally:
-        if early is not None and not early.done():
-            found = -math.inf if value is None else value
-            early.set_result(lambda cutoff=math.inf: found)
+        if early is not None:
+            _tell(early, -math.inf if value is None else value)
+
+
+def _tell(future, value: float):
+    """Tells ``future`` (an ``early`` future of ``_hot_lp``), unless told already, the bound
+    ``value`` whatever the cutoff."""
+    if not future.done():
+        future.set_result(lambda cutoff=math.inf: value)
 
 
 def _dual_bound(problem, rows, row_dual, cutoff: float = math.inf) -> float:
@@ -1375,8 +1380,7 @@ def _depth_split(union_built: Built, arrays, basis=None, ends: dict | None = Non
                                [early[dw] for dw in (1, 2)] if early is not None else None)
     finally:
         for future in (early or {}).values():  # told already, unless the LPs failed
-            if not future.done():
-                future.set_result(lambda cutoff=math.inf: -math.inf)
+            _tell(future, -math.inf)
     if ends is not None:
         ends.update((dw, h[0]) for dw, h in zip((1, 2), hot) if h)
     return ({dw: -math.inf if v is None else v for dw, v in zip((1, 2), values)},

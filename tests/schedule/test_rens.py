@@ -828,6 +828,23 @@ def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch,
     assert run.carried is (None if proved_early else run.incumbent)
 
 
+def _pair_lps_run(monkeypatch, costs, hw):
+    """A ``_Solve`` of ``costs`` on ``hw`` up to its union LP, on HiGHS' path (forced for a small
+    model) with ``pair_lps`` forced whatever the union LP's activation depth and staging; and its
+    stats."""
+    monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)
+    monkeypatch.setattr(milp, "DEPTH_SPLIT_EARLY", -1.0)
+    monkeypatch.setattr(milp, "_staging_paid_in_part", lambda built, point: True)
+    stats = dict(search_s=0.0, lp_s=0.0, lp_solves=0, neighbourhood_s=0.0, rens_s=0.0, rens_runs=0, bb_s=0.0,
+                 bb_runs=0, proof="depth_lps")
+    kw = dict(max_segment_length=8, max_resident_tail=8, residual_offload=True, verbose=False)
+    run = milp._Solve(costs, hw, kw, t0=__import__("time").perf_counter(), time_limit_s=60.0, rel_gap=1e-2,
+                      warm_start=None, cutoff=None, depths=milp.MILP_DEPTHS,
+                      search_evaluations=milp.search.DEFAULT_EVALUATIONS, max_nodes=300, stats=stats)
+    return run, stats
+
+
 @pytest.mark.parametrize("seed,raised", [(4, False), (7, True)])
 def test_pair_lps_bound_every_depth_pair_from_below_and_raise_the_union_lp(monkeypatch, seed, raised):
     """``_Solve.pair_lps`` (each depth pair's own LP and, where it pays the residual staging in
@@ -839,16 +856,7 @@ def test_pair_lps_bound_every_depth_pair_from_below_and_raise_the_union_lp(monke
     monkeypatch.setattr(milp, "MIP_SOLVER", "cbc")
     exact = {d: _exact_at(monkeypatch, costs, hw, *d) for d in milp.MILP_DEPTHS}
     monkeypatch.setattr(milp, "MIP_SOLVER", "auto")
-    monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
-    monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)
-    monkeypatch.setattr(milp, "DEPTH_SPLIT_EARLY", -1.0)
-    monkeypatch.setattr(milp, "_staging_paid_in_part", lambda built, point: True)
-    stats = dict(search_s=0.0, lp_s=0.0, lp_solves=0, neighbourhood_s=0.0, rens_s=0.0, rens_runs=0, bb_s=0.0,
-                 bb_runs=0, proof="depth_lps")
-    kw = dict(max_segment_length=8, max_resident_tail=8, residual_offload=True, verbose=False)
-    run = milp._Solve(costs, hw, kw, t0=__import__("time").perf_counter(), time_limit_s=60.0, rel_gap=1e-2,
-                      warm_start=None, cutoff=None, depths=milp.MILP_DEPTHS,
-                      search_evaluations=milp.search.DEFAULT_EVALUATIONS, max_nodes=300, stats=stats)
+    run, stats = _pair_lps_run(monkeypatch, costs, hw)
     assert run.union_point
     run.incumbent = min((p for p in exact.values() if p is not None), key=lambda p: p.predicted_step_time_s)
     run.depth_split = milp._timed(milp._depth_split, run.union_built, run.arrays, run.union_basis, set(),
@@ -876,16 +884,7 @@ def test_pair_lps_prove_from_the_offload_splits_first_bounds(monkeypatch, proves
     (``_hot_lp``'s, functions of the incumbent's value); where those prove the incumbent, the
     splits' ends are not waited for; where they do not, every split's end is."""
     costs, hw = _random_instance(12, 7)
-    monkeypatch.setattr(milp, "HIGHS_MIP_MIN_NONZEROS", 0)
-    monkeypatch.setattr(milp, "HIGHS_MIN_NONZEROS", 0)
-    monkeypatch.setattr(milp, "DEPTH_SPLIT_EARLY", -1.0)
-    monkeypatch.setattr(milp, "_staging_paid_in_part", lambda built, point: True)
-    stats = dict(search_s=0.0, lp_s=0.0, lp_solves=0, neighbourhood_s=0.0, rens_s=0.0, rens_runs=0, bb_s=0.0,
-                 bb_runs=0, proof="depth_lps")
-    kw = dict(max_segment_length=8, max_resident_tail=8, residual_offload=True, verbose=False)
-    run = milp._Solve(costs, hw, kw, t0=__import__("time").perf_counter(), time_limit_s=60.0, rel_gap=1e-2,
-                      warm_start=None, cutoff=None, depths=milp.MILP_DEPTHS,
-                      search_evaluations=milp.search.DEFAULT_EVALUATIONS, max_nodes=300, stats=stats)
+    run, stats = _pair_lps_run(monkeypatch, costs, hw)
     value = run.union * 1.5   # far above every LP here: only the splits' bounds can prove it
     for d in milp.MILP_DEPTHS:   # every pair split (the splits are stand-ins here)
         if not run.model_at(d).off:
