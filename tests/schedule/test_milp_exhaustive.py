@@ -178,8 +178,9 @@ def test_milp_matches_enumeration(num_layers, seed, dev, host, nvme, bw):
 
 
 # instances where the LP for all depth pairs pays the residual offload's staging only in part, so
-# the split raises its bound (found by sampling random instances)
-SPLIT_CASES = [(4, 986, 6, 8, 0, 48), (4, 482, 4, 8, 0, 24), (4, 492, 4, 4, 0, 48),
+# the split raises its bound (found by sampling random instances; sampled again once the windows'
+# rows were tightened, ``milp._tighten_window_rows``, which closed that gap on two of them)
+SPLIT_CASES = [(4, 402, 4, 8, 0, 48), (4, 403, 6, 8, 0, 48), (4, 492, 4, 4, 0, 48),
                pytest.param(5, 414, 3, 16, 0, 24, marks=pytest.mark.slow),
                pytest.param(5, 138, 2, 16, 0, 24, marks=pytest.mark.slow)]
 

@@ -497,7 +497,8 @@ def test_residual_fetch_cuts_span_the_overlapping_windows():
     compute, counting each window's idle link for two fetches (the qwen2.5-3b shape on an H200,
     compute-light layers whose residuals take 3x their backward to come up). With the cut over all
     those windows at once the (1, 2) LP is 0.83 % below the optimum, where it was 1.07 %, and not
-    above it."""
+    above it. (Both LPs without the windows' tightened rows, ``milp._tighten_window_rows``, to
+    measure the cut alone: the tightening by itself takes the LP without the cut to 0.97 %.)"""
     L = 12
     hw = Hardware.preset("h200")
     costs = analytic_costs(get_preset("qwen2.5-3b", num_layers=L), batch_size=32, seq_len=1024,
@@ -510,8 +511,8 @@ def test_residual_fetch_cuts_span_the_overlapping_windows():
     assert costs.residual_bytes[1] / hw.h2d_bw > 2.5 * costs.bwd_time[1]
     plan = milp.solve(costs, hw, depths=((1, 2),), rel_gap=0.0)
     assert plan.gap == 0.0
-    lp = {cc: milp._relaxed(milp.build(costs, hw, weight_prefetch_depth=1, act_prefetch_depth=2, case_cuts=cc),
-                            solver="clp") for cc in (False, True)}
+    lp = {cc: milp._relaxed(milp.build(costs, hw, weight_prefetch_depth=1, act_prefetch_depth=2, case_cuts=cc,
+                                       tighten_rows=False), solver="clp") for cc in (False, True)}
     t = plan.predicted_step_time_s
     assert lp[False] < t * (1 - 0.01) and t * (1 - 0.009) <= lp[True] <= t
 
