@@ -1082,14 +1082,13 @@ def _tighten_window_rows(m: _Model, windows) -> int:
     windows = set(windows)
     rows_of = {}
     for row in m.rows:
-        if row.sense not in (">", "<"):
+        found = windows.intersection(row.expr)
+        if len(found) != 1 or row.sense not in (">", "<"):
             continue
-        found = [v for v in row.expr if v in windows]
-        if len(found) != 1:
-            continue
-        sign = 1.0 if row.sense == ">" else -1.0
-        if sign * row.expr[found[0]] > 0:   # t's coefficient, written ≥: a lower bound on t
-            rows_of.setdefault(found[0], []).append(row)
+        t, = found
+        c = row.expr[t]
+        if c != 0 and (c > 0) == (row.sense == ">"):   # written ≥ with t's coefficient positive: a lower bound on t
+            rows_of.setdefault(t, []).append(row)
     changed = 0
     for t, rows in rows_of.items():
         floor, parts = t.lb, []
