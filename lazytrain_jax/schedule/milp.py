@@ -1119,7 +1119,8 @@ def _tighten_window_rows(m: _Model, windows) -> int:
                 else:
                     continue
                 changed += 1
-            row.const = -(a0 + lift) * scale
+            if lift:   # (only then: a row written back unchanged could move in its last digit)
+                row.const = -(a0 + lift) * scale
     return changed
 
 

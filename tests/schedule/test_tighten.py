@@ -17,10 +17,6 @@ from tests.schedule.test_step_model import random_instance
 VARIED_LAYERS = 24
 
 
-def _row_coefficients(row, var):
-    return row.expr.get(var, 0.0)
-
-
 def test_tighten_by_hand():
     """A backward window's compute row t >= 0.2454 - 0.0818 res (floor 0.1636 s) and its upload row
     t >= 0.0891 + 0.0891 xa - 0.0891 xb (varied seed 3's shape): the upload row's binaries count only
