@@ -101,8 +101,7 @@ def test_tightening_keeps_every_integer_point_and_never_lowers_the_lp():
 
 
 def _milp_optimum(built):
-    arrays = milp._highs_arrays(built.model)
-    solved = milp._highs_mip_arrays(arrays, milp._integrality(built.model), 0.0, 120.0, 10 ** 9)
+    solved = milp._highs_mip(built.model, 0.0, 120.0, 10 ** 9)
     assert solved.values is not None
     return solved.objective_value
 
