@@ -5,6 +5,7 @@ Columns: max over 3 seeds x {left, right} padding of max|ours - ref| / max|ref| 
 positions), loss, and the worst gradient tensor (named).
 """
 
+import argparse
 import os
 import sys
 import tempfile
@@ -50,4 +51,5 @@ def main():
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help, or an error
     main()

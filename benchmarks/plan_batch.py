@@ -18,7 +18,7 @@ reports its chosen batch's own gap, which does not cover the other batches).
 Run: python benchmarks/plan_batch.py [--large]   (--large adds Qwen3.6-27B on an H800: minutes)
 """
 
-import sys
+import argparse
 import time
 
 from lazytrain_jax.model.config import get_preset
@@ -64,8 +64,11 @@ def timed(fn, *args):
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--large", action="store_true", help="add Qwen3.6-27B on an H800 (minutes)")
+    args = ap.parse_args()
     import scipy.optimize  # noqa: F401  (its import, 0.5 s, not in the first row)
-    cases = CASES + (LARGE if "--large" in sys.argv else [])
+    cases = CASES + (LARGE if args.large else [])
     kw = api._solver_kw(8, 8, 30.0, 1e-2, True)
     print(f"lt.plan's batch choice, seq {SEQ}, rel_gap 1e-2, 30 s per MILP; seconds (this shared machine: noisy)")
     print(f"{'model':14s} {'hardware':9s} | {'largest: first fitting':>22s} {'least peak':>12s} | "

@@ -1,6 +1,6 @@
 """Planner benchmark: solve time vs layers, the paper's 27B/H800 setting, RTX 3090 max batch, bounds.
 
-Run: python benchmarks/planner.py [--skip-solve-times]
+Run: python benchmarks/planner.py [--skip-solve-times | --offload-only]
 """
 
 import random
@@ -301,11 +301,15 @@ def part_e():
 
 
 if __name__ == "__main__":
-    import sys
-    if "--offload-only" in sys.argv:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-solve-times", action="store_true", help="leave out (a), the MILP solve times (minutes)")
+    ap.add_argument("--offload-only", action="store_true", help="run only (e), residuals on the host")
+    args = ap.parse_args()
+    if args.offload_only:
         part_e()
-        sys.exit()
-    if "--skip-solve-times" not in sys.argv:
+        raise SystemExit(0)
+    if not args.skip_solve_times:
         part_a()
     rows_b = part_b()
     rows_c = part_c()

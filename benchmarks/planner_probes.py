@@ -44,7 +44,12 @@
 
 Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|search|shapes|
      shape-lps|pair-lps|lp-paths|leftover|builds] [--layers 64] [--depths 2 1]
-     [--width 32 --nodes 100] [--seeds 7:1 8:1 9:1 8:0 11:0] [--no-preprocess]
+     [--width 32 --nodes 100] [--seeds ...] [--no-preprocess]
+
+--seeds by probe: seeds and root take random instances SEED:NVME (default 7:1 8:1 9:1 8:0 11:0);
+varied, varied-lps and kept take varied seeds, plain integers (default 0 ... 39, the family the
+planner's aims are quoted on); search takes "random" or varied seeds (default random); shapes and
+shape-lps take label substrings (default: every shape). The other probes ignore --seeds.
 """
 
 from __future__ import annotations
@@ -357,9 +362,9 @@ def shape_instances(layers):
 
 
 def selected_shapes(args):
-    """``shape_instances(args.layers)`` whose label contains one of ``args.seeds`` (all of them
-    while --seeds holds only the random seeds' SEED:NVME default)."""
-    keys = [s for s in args.seeds if not re.fullmatch(r"\d+:\d+", s)]
+    """``shape_instances(args.layers)`` whose label contains one of ``args.seeds`` (every shape
+    where none is given)."""
+    keys = args.seeds
     return ((label, c, hw) for label, c, hw in shape_instances(args.layers)
             if not keys or any(k in label for k in keys))
 
@@ -500,6 +505,33 @@ def leftover(args):
         print(f"leftover niceness {nice}: " + "; ".join(line), flush=True)
 
 
+RANDOM_SEEDS = ["7:1", "8:1", "9:1", "8:0", "11:0"]
+VARIED_SEEDS = [str(seed) for seed in range(40)]
+SEED_FORMS = {  # probe -> (what its --seeds are, a pattern each must match, the default)
+    "seeds": ("random instances SEED:NVME (integers)", r"\d+:\d+", RANDOM_SEEDS),
+    "root": ("random instances SEED:NVME (integers)", r"\d+:\d+", RANDOM_SEEDS),
+    "varied": ("varied seeds (non-negative integers)", r"\d+", VARIED_SEEDS),
+    "varied-lps": ("varied seeds (non-negative integers)", r"\d+", VARIED_SEEDS),
+    "kept": ("varied seeds (non-negative integers)", r"\d+", VARIED_SEEDS),
+    "search": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"]),
+}
+
+
+def checked_seeds(ap, probe: str, given):
+    """``given`` (the --seeds) for ``probe``, or its default; a clear error where one is not of the
+    probe's form (``SEED_FORMS``; shapes and shape-lps take any label substring, none: every shape)."""
+    form = SEED_FORMS.get(probe)
+    if form is None:
+        return given if given is not None else []
+    what, pattern, default = form
+    if given is None:
+        return list(default)
+    for spec in given:
+        if not re.fullmatch(pattern, spec):
+            ap.error(f"--seeds {spec!r}: {probe} takes {what}")
+    return given
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept",
@@ -509,9 +541,10 @@ def main():
     ap.add_argument("--width", type=int, default=32)
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--time-limit", type=float, default=None, help="cbc: 120 s; varied: milp.solve's, 20 s")
-    ap.add_argument("--seeds", nargs="+", default=["7:1", "8:1", "9:1", "8:0", "11:0"])
+    ap.add_argument("--seeds", nargs="+", default=None, help="instances to run (their form and default by probe: above)")
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
+    args.seeds = checked_seeds(ap, args.probe, args.seeds)
     {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
      "varied-lps": varied_lps, "kept": kept, "search": search_time, "shapes": shapes, "shape-lps": shape_lps, "pair-lps": pair_lps,
      "lp-paths": lp_paths, "builds": builds,

@@ -4,7 +4,7 @@ planner's formulas (schedule/costs.py).
 Run: python benchmarks/unit_bytes.py [--workspace]   (--workspace compiles fp32 backwards: ~1 min)
 """
 
-import sys
+import argparse
 
 from lazytrain_jax.model import unit_bytes
 from lazytrain_jax.model.config import get_preset
@@ -15,6 +15,9 @@ MB = 1e6
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workspace", action="store_true", help="also compile fp32 backwards for their workspace (~1 min)")
+    args = ap.parse_args()
     print("residual / boundary / head-workspace bytes, micro-batch 1, S=1024: eval_shape of the units vs costs.py")
     print(f"  {'model':13s} {'stream':8s} {'residual MB':>11s} {'predicted':>9s} {'boundary MB':>11s} "
           f"{'predicted':>9s} {'head ws GB':>10s} {'predicted':>9s} {'workspace pred MB':>17s}")
@@ -28,7 +31,7 @@ def main():
             print(f"  {name:13s} {stream:8s} {m.residual / MB:11.2f} {c.residual_bytes[0] / MB:9.2f} "
                   f"{m.boundary / MB:11.2f} {c.boundary_bytes[1] / MB:9.2f} {head / 1e9:10.3f} "
                   f"{c.head_workspace_bytes / 1e9:9.3f} {c.workspace_bytes[0] / MB:17.1f}")
-    if "--workspace" in sys.argv:
+    if args.workspace:
         print("backward workspace, fp32 stream: XLA compiled temp bytes (max of recompute / from-residuals backward)")
         for name, micro, seq in (("qwen2.5-0.5b", 1, 256), ("qwen2.5-0.5b", 1, 1024), ("qwen2.5-0.5b", 2, 1024),
                                  ("qwen3-8b", 1, 128), ("qwen3-8b", 1, 1024)):
