@@ -48,8 +48,9 @@ Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|vari
 
 --seeds by probe: seeds and root take random instances SEED:NVME (default 7:1 8:1 9:1 8:0 11:0);
 varied, varied-lps and kept take varied seeds, plain integers (default 0 ... 39, the family the
-planner's aims are quoted on); search takes "random" or varied seeds (default random); shapes and
-shape-lps take label substrings (default: every shape). The other probes ignore --seeds.
+planner's aims are quoted on); search takes "random" or varied seeds (default random); shapes,
+shape-lps and pair-lps take label substrings (default: every shape). The other probes ignore
+--seeds.
 """
 
 from __future__ import annotations
@@ -519,7 +520,8 @@ SEED_FORMS = {  # probe -> (what its --seeds are, a pattern each must match, the
 
 def checked_seeds(ap, probe: str, given):
     """``given`` (the --seeds) for ``probe``, or its default; a clear error where one is not of the
-    probe's form (``SEED_FORMS``; shapes and shape-lps take any label substring, none: every shape)."""
+    probe's form (``SEED_FORMS``; shapes, shape-lps and pair-lps take any label substring, none:
+    every shape)."""
     form = SEED_FORMS.get(probe)
     if form is None:
         return given if given is not None else []
