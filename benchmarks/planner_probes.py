@@ -506,16 +506,12 @@ def leftover(args):
         print(f"leftover niceness {nice}: " + "; ".join(line), flush=True)
 
 
-RANDOM_SEEDS = ["7:1", "8:1", "9:1", "8:0", "11:0"]
-VARIED_SEEDS = [str(seed) for seed in range(40)]
-SEED_FORMS = {  # probe -> (what its --seeds are, a pattern each must match, the default)
-    "seeds": ("random instances SEED:NVME (integers)", r"\d+:\d+", RANDOM_SEEDS),
-    "root": ("random instances SEED:NVME (integers)", r"\d+:\d+", RANDOM_SEEDS),
-    "varied": ("varied seeds (non-negative integers)", r"\d+", VARIED_SEEDS),
-    "varied-lps": ("varied seeds (non-negative integers)", r"\d+", VARIED_SEEDS),
-    "kept": ("varied seeds (non-negative integers)", r"\d+", VARIED_SEEDS),
-    "search": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"]),
-}
+# (what a probe's --seeds are, a pattern each must match, the default)
+RANDOM_FORM = ("random instances SEED:NVME (integers)", r"\d+:\d+", ["7:1", "8:1", "9:1", "8:0", "11:0"])
+VARIED_FORM = ("varied seeds (non-negative integers)", r"\d+", [str(seed) for seed in range(40)])
+SEED_FORMS = {"seeds": RANDOM_FORM, "root": RANDOM_FORM, "varied": VARIED_FORM, "varied-lps": VARIED_FORM,
+              "kept": VARIED_FORM,
+              "search": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"])}
 
 
 def checked_seeds(ap, probe: str, given):

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.schedule.test_search import _benchmark_module
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -38,13 +40,8 @@ def test_planner_probes_names_a_seed_of_the_wrong_form(probe, spec, form):
     assert out.stdout == ""
 
 
-def test_planner_probes_default_seeds_by_probe():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    try:
-        import planner_probes
-    finally:
-        sys.path.pop(0)
-    check = planner_probes.checked_seeds
+def test_planner_probes_default_seeds_by_probe(monkeypatch):
+    check = _benchmark_module(monkeypatch, "planner_probes").checked_seeds
     assert check(None, "varied", None) == [str(s) for s in range(40)]
     assert check(None, "kept", None) == [str(s) for s in range(40)]
     assert check(None, "seeds", None) == ["7:1", "8:1", "9:1", "8:0", "11:0"]
