@@ -75,8 +75,8 @@ the start; when the root LP bound already proves it within ``rel_gap`` the solve
 (the conclusion CBC would reach at its root, without its seconds of preprocessing). The one LP for
 every depth pair is tried first, against the best of the search's plans for each pair and then
 that plan polished at its own depths. Otherwise every
-depth pair first gets its LP, the search for its depths and local search on the step model at
-those depths (``search.polish``: the search's own model plays depth 1) and, if still unproved,
+depth pair first gets its LP, the search for its depths (its model plays them) and local search on
+the step model at those depths (``search.polish``) and, if still unproved,
 the best boundary tiers for that plan's path and residuals (``_tier_neighbourhood``: the same
 model with everything else fixed, a few hundred nodes of CBC), then more residuals kept, each
 with the tiers that make its room (``_residual_neighbourhood``), and CBC branches only
@@ -2197,8 +2197,7 @@ class _Solve:
         rel_gap, cutoff = self.rel_gap, self.cutoff
         # one LP for all depth pairs: when it proves the best start, no per-depth model is needed.
         # Where it does not, the search's plans for the other depth pairs are tried against it
-        # before the per-depth LPs, and then the best of them polished at its own depths (the
-        # search's model plays depth 1: qwen3-32b at 64 layers, 41.53 s at depths (1, 2) -> 40.95 s)
+        # before the per-depth LPs, and then the best of them polished at its own depths
         value = self.incumbent.predicted_step_time_s
         if self.direct and self.union_point and value - self.union > UNION_SEARCH_GAPS * rel_gap * value:
             # far from the union LP: the search at the other depth pairs (2.5 s each at 128
@@ -2700,8 +2699,7 @@ class _Solve:
             if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
                 self.incumbent = q
                 if self.union_point and not self.union_proves(self.incumbent):
-                    # polished at once: the search's own model plays depth 1, so a deeper
-                    # pair's plan gains most from local search at its own depths
+                    # polished at once (local search on the step model itself)
                     q = self.polish(self.incumbent, quick=True)
                     if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
                         self.incumbent = q
@@ -3633,24 +3631,13 @@ def _cbc_in_child(m: mip.Model | linear.Model, time_limit_s: float, max_nodes: i
 
 def _search_for_depths(costs, hardware, dw, da, max_segment_length, max_resident_tail, evaluations,
                        residual_offload) -> Plan | None:
-    """The search's plan (made at depths (1, 1)) for depths (dw, da): found with the device
-    budget lowered by the bytes the deeper buffers add (and, where residuals may go to the host,
-    the deeper offload staging: one largest residual per extra activation depth), so that it still
-    fits there (None for (1, 1), or when nothing fits)."""
+    """The search's plan for depths (dw, da), made at those depths (its model plays the deeper
+    prefetch: ``search.FastModel``); None for (1, 1), or when nothing fits."""
     if (dw, da) == (1, 1):
         return None
-    extra = (sum(memory.constant_bytes(costs, hardware, weight_prefetch_depth=dw, act_prefetch_depth=da).values())
-             - sum(memory.constant_bytes(costs, hardware).values()))
-    if residual_offload:  # and the offload's staging, one more of the largest residual per extra depth
-        extra += (da - 1) * max(costs.residual_bytes, default=0.0)
-    if extra <= 0 or hardware.device_memory - extra <= hardware.device_margin:  # nothing fits there
-        return None
-    found = search.heuristic_plan(costs, hardware.replace(device_memory=hardware.device_memory - extra),
-                                  max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
-                                  max_evaluations=evaluations, residual_offload=residual_offload)
-    if found is None:
-        return None
-    return found.repredict(hardware=hardware)
+    return search.heuristic_plan(costs, hardware, max_segment_length=max_segment_length,
+                                 max_resident_tail=max_resident_tail, max_evaluations=evaluations,
+                                 residual_offload=residual_offload, weight_prefetch_depth=dw, act_prefetch_depth=da)
 
 
 def _at_depths(plan: Plan | None, dw: int, da: int) -> Plan | None:

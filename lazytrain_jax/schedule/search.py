@@ -5,7 +5,11 @@ highly fractional and symmetric over identical layers (it drops every boundary b
 so CBC's own rounding heuristics find good incumbents slowly. This module finds one directly, in
 the MILP's decision space (segments of at most ``max_segment_length``, resident tail of at most
 ``max_resident_tail``, the same tier restrictions), evaluated with a lean re-implementation of
-``timing.step_time`` and ``memory``'s peaks (checked equal to them in the tests):
+``timing.step_time`` and ``memory``'s peaks (checked equal to them in the tests), at the plan's
+prefetch depths. At depth 1 every window is timed on its own; at depth 2 a window's idle upload
+time takes part of the next window's uploads, so the windows form one chain (``FastModel._chain``)
+and a move replays it from the windows it changes until the carry (bytes uploaded ahead, the host
+optimizer's progress) is back on the old track (``FastModel._replay``):
 
 1. start from every boundary on device, no residuals, no resident tail;
 2. while the device peak exceeds the budget, apply the moves (device → host / NVMe / drop) with the
@@ -42,8 +46,9 @@ class FastModel:
     """
 
     def __init__(self, costs, hardware, *, max_segment_length: int, max_resident_tail: int,
-                 residual_offload: bool = True):
+                 residual_offload: bool = True, weight_prefetch_depth: int = 1, act_prefetch_depth: int = 1):
         self.costs, self.hw = costs, hardware
+        self.dw, self.da = weight_prefetch_depth, act_prefetch_depth
         L = self.L = costs.num_layers
         self.S = max(1, min(max_segment_length, L))
         self.K = max(0, min(max_resident_tail, L))
@@ -62,7 +67,7 @@ class FastModel:
         opts = [steps.tier_options(costs, hardware, i) if 1 <= i <= L - 1 else () for i in range(L + 1)]
         self.host_ok = ["host" in o for o in opts]
         self.nvme_ok = ["nvme" in o for o in opts]
-        const = memory.constant_bytes(costs, hardware)
+        const = memory.constant_bytes(costs, hardware, weight_prefetch_depth=self.dw, act_prefetch_depth=self.da)
         self.base_mem = sum(const.values())
         wl = costs.layer("weight_bytes")
         self.tail_mem = [float(sum(wl[L - k:])) if k else 0.0 for k in range(L + 1)]
@@ -75,10 +80,13 @@ class FastModel:
         self.F = L + 4
         due = [0.0] * self.F
         for j, unit in [(2, 0)] + [(3 + l, l + 1) for l in range(L)] + [(L + 3, L + 1)]:
-            due[max(0, j - 2)] += self.opt[unit]
+            due[max(0, j - self.dw - 1)] += self.opt[unit]
         self.opt_due = [sum(due[:k + 1]) for k in range(self.F)]
         # where the device computes on the host's cores every load of a window runs in turn (steps.py)
         self.shared = hardware.host_shares_device
+        # a deeper prefetch lets a window's idle upload time take part of the next window's
+        # uploads: the windows are then one chain (``_chain``), not independent
+        self.deep = (self.dw, self.da) != (1, 1) and not self.shared
         self._tier_cache = {}
 
     # ---- the item sequence and its windows (same as timing.items / timing.windows) --------------
@@ -87,13 +95,14 @@ class FastModel:
         L, w, g, fwd = self.L, self.w, self.g, self.fwd
         keep = [False] * L if keep is None else keep
         # items: (compute, up_bytes, boundary_in, produces, grad_bytes, opt_unit, residual_down, residual_in,
-        # boundary_in's tier)
-        seq = [(0.0, 0.0, None, None, 0.0, None, 0.0, 0.0, None), (0.0, 0.0, None, None, 0.0, None, 0.0, 0.0, None),
-               (fwd[0], w[0], None, 0, 0.0, 0, 0.0, 0.0, None)]
+        # boundary_in's tier, the forward position of the layer whose residuals it fetches)
+        seq = [(0.0, 0.0, None, None, 0.0, None, 0.0, 0.0, None, None),
+               (0.0, 0.0, None, None, 0.0, None, 0.0, 0.0, None, None),
+               (fwd[0], w[0], None, 0, 0.0, 0, 0.0, 0.0, None, None)]
         for l in range(L):
             seq.append((fwd[l + 1], w[l + 1], None, l + 1, 0.0, l + 1, self.R[l] if keep[l] == "host" else 0.0, 0.0,
-                        None))
-        seq.append((fwd[-1], w[-1], None, None, g[-1], L + 1, 0.0, 0.0, None))
+                        None, None))
+        seq.append((fwd[-1], w[-1], None, None, g[-1], L + 1, 0.0, 0.0, None, None))
         return seq
 
     def segment_items(self, s, e, tiers, keep, k):
@@ -104,13 +113,15 @@ class FastModel:
         out = []
         for j in range(s, e - 1):
             out.append((fwd[j + 1], 0.0 if j >= resident_from else w[j + 1], base if j == s else None, None, 0.0, None,
-                        0.0, 0.0, tier if j == s else None))
+                        0.0, 0.0, tier if j == s else None, None))
         for l in range(e - 1, s - 1, -1):
             c = self.bwd[l + 1] if keep[l] else self.bwd_rc[l + 1]
             grads = g[l + 1] + (g[0] if l == 0 else 0.0)
             last = l == s and e - s == 1
+            fetched = keep[l] == "host"
             out.append((c, 0.0 if l >= resident_from else w[l + 1], base if last else None,
-                        None, grads, None, 0.0, self.R[l] if keep[l] == "host" else 0.0, tier if last else None))
+                        None, grads, None, 0.0, self.R[l] if fetched else 0.0, tier if last else None,
+                        3 + l if fetched else None))
         return out
 
     def window(self, seq, k_, tiers) -> float:
@@ -138,6 +149,121 @@ class FastModel:
         if self.shared:
             return c + up / self.h2d + down / self.d2h + read / self.nr + write / self.nw
         return max(c, up / self.h2d, down / self.d2h, read / self.nr, write / self.nw)
+
+    def loads(self, seq, k_, tiers):
+        """Window k_'s loads for the chain of a deeper prefetch (``_chain``): (its length from
+        every channel but the upload link, the bytes due on that link (the next item's uploads),
+        the bytes of the item after next released in it: its weights at weight depth 2, its host
+        base and residual fetch at activation depth 2)."""
+        A = self.A
+        n = len(seq)
+        c = seq[k_][0]
+        up = down = read = write = early = 0.0
+        if k_ + 1 < n:
+            nxt = seq[k_ + 1]
+            up = nxt[1] + (A[nxt[2]] if nxt[2] is not None else 0.0) + nxt[7]
+        if k_ + 2 < n:
+            item = seq[k_ + 2]
+            if item[8] == "nvme":
+                read = A[item[2]]
+            if self.dw > 1:
+                early = item[1]
+            if self.da > 1:
+                if item[8] == "host":
+                    early += A[item[2]]
+                if item[7] and item[9] + 2 <= k_:   # a residual fetch, never before its copy down
+                    early += item[7]
+        if k_ >= 1:
+            prev = seq[k_ - 1]
+            down = prev[4] + prev[6]
+            p = prev[3]
+            if p is not None and tiers[p] in _OFF:
+                down += A[p]
+        if k_ >= 2:
+            p = seq[k_ - 2][3]
+            if p is not None and tiers[p] == "nvme":
+                write = A[p]
+        return max(c, down / self.d2h, read / self.nr, write / self.nw), up, early
+
+    def _chain(self, loads):
+        """(total, forward total, lengths, uploads done ahead, optimizer seconds done, running sums)
+        of the windows with loads ``loads`` (``loads``), as ``steps.windows`` plays them at a deeper
+        prefetch: each window's upload link first does what is due (less what the window before did
+        ahead), the window lasts as long as its busiest channel (the host optimizer's chain in the
+        forward windows), and the link's idle time then takes the released part of the item after
+        next. The last four are per window (after it), what :meth:`_replay` restarts from."""
+        h2d, opt_due, F = self.h2d, self.opt_due, self.F
+        last = opt_due[-1]
+        done = pre = total = 0.0
+        lengths, pres, dones, prefix = [], [], [], [0.0]
+        for k, (other, up, early) in enumerate(loads):
+            due = up - pre
+            t = due / h2d
+            if other > t:
+                t = other
+            if k < F:
+                if opt_due[k] - done > t:
+                    t = opt_due[k] - done
+                done = min(last, done + t)
+            room = t * h2d - due
+            pre = 0.0 if room <= 0.0 or early <= 0.0 else (early if early < room else room)
+            total += t
+            lengths.append(t)
+            pres.append(pre)
+            dones.append(done)
+            prefix.append(total)
+        return total, prefix[min(F, len(loads))], lengths, pres, dones, prefix
+
+    def _replay(self, st, loads, changed, a=None, n_block=0, shift=0):
+        """The step time of ``st``'s plan with the windows' loads ``loads`` (a deeper prefetch),
+        where only the windows ``changed`` (sorted indices into ``loads``) differ from ``st``'s:
+        the chain restarts at the first changed window and, past each run of changed windows,
+        jumps to the next once its carry (uploads done ahead, the optimizer's progress) is back on
+        ``st``'s track. ``loads[a:a + n_block]`` replace ``st``'s windows ``a .. a + n_block -
+        shift - 1``; the windows after them are ``st``'s, ``shift`` places later."""
+        h2d, opt_due, F = self.h2d, self.opt_due, self.F
+        last = opt_due[-1]
+        pres, dones, prefix = st["pres"], st["dones"], st["prefix"]
+        old_total = prefix[-1]
+        if a is None:
+            a = len(loads)
+
+        def old(j):   # st's index of window j (outside the replaced block)
+            return j if j < a else j - shift
+
+        n = len(loads)
+        k = changed[0]
+        total = prefix[k]
+        pre = pres[k - 1] if k else 0.0
+        done = dones[k - 1] if k else 0.0
+        ci, nc = 0, len(changed)   # changed[ci]: the next changed window
+        while k < n:
+            while ci < nc and changed[ci] < k:
+                ci += 1
+            if k and (ci == nc or changed[ci] > k) and not a <= k - 1 < a + n_block:
+                o = old(k - 1)   # window k - 1 is st's window o: back on its track?
+                if pre == pres[o] and (k >= F or done == dones[o]):
+                    if ci == nc:
+                        return total + old_total - prefix[o + 1]
+                    k = changed[ci]
+                    o2 = old(k - 1)
+                    total += prefix[o2 + 1] - prefix[o + 1]
+                    pre, done = pres[o2], dones[o2]
+                    continue
+            other, up, early = loads[k]
+            due = up - pre
+            t = due / h2d
+            if other > t:
+                t = other
+            if k < F:
+                if opt_due[k] - done > t:
+                    t = opt_due[k] - done
+                done = min(last, done + t)
+            room = t * h2d - due
+            pre = 0.0 if room <= 0.0 or early <= 0.0 else (early if early < room else room)
+            total += t
+            k += 1
+        return total
 
     def forward_total(self, base) -> float:
         """Σ of the forward windows 0..F-1 given their lengths without the optimizer: the host
@@ -195,7 +321,7 @@ class FastModel:
             start = len(seq)
             seq.extend(self.segment_items(s, e, tiers, keep, k))
             block[s] = (start, len(seq), e)
-        seq.append((self.bwd[0], 0.0, None, None, 0.0, None, 0.0, 0.0, None))
+        seq.append((self.bwd[0], 0.0, None, None, 0.0, None, 0.0, 0.0, None, None))
         wc = [self.window(seq, j, tiers) for j in range(len(seq))]
         return self._summed(tiers, keep, k, seq, wc, block)
 
@@ -271,16 +397,25 @@ class FastModel:
                 pos_b[l] = end - (e - s) + off
         ws = {s: self._seg_ws(s, e, tiers) for s, (_, _, e) in block.items()}
         top = sorted(((v, key) for key, v in ws.items()), reverse=True)[:3]  # a move replaces at most 2
-        (fwd, fdone, fprefix), bwd = self._forward(wc), sum(wc[self.F:])
+        deep = {}
+        if self.deep:
+            loads = [self.loads(seq, j, tiers) for j in range(len(seq))]
+            total, fwd, wc, pres, dones, prefix = self._chain(loads)
+            deep = dict(loads=loads, pres=pres, dones=dones, prefix=prefix)
+            fdone = fprefix = None
+            bwd = total - fwd
+        else:
+            (fwd, fdone, fprefix), bwd = self._forward(wc), sum(wc[self.F:])
+            total = fwd + bwd
         return dict(tiers=tiers, keep=keep, k=k, seq=seq, wc=wc, fwd=fwd, fdone=fdone, fprefix=fprefix, bwd=bwd,
-                    total=fwd + bwd, block=block,
+                    total=total, block=block,
                     pos_b=pos_b, ws=ws,
                     ws_top=top,
                     dev=sum(self.A[i] for i in range(1, self.L) if tiers[i] == "device"),
                     res=self.residual_bytes(keep),
                     host=sum(a for a, t in zip(self.A, tiers) if t == "host") + self.host_residual_bytes(keep),
                     nvme=sum(a for a, t in zip(self.A, tiers) if t == "nvme"),
-                    num_nvme=tiers.count("nvme"))
+                    num_nvme=tiers.count("nvme"), **deep)
 
     def _seg_ws(self, s, e, tiers):
         if e - s < 2:
@@ -299,6 +434,8 @@ class FastModel:
         greedy round re-times only the moves whose neighbourhood an earlier round changed. The
         host optimizer's chain through the forward windows is global and replayed every time."""
         tiers = st["tiers"]
+        if self.deep:
+            return self._try_tier_deep(st, i, t)
         old = tiers[i]
         s, e, a, b = self._span(tiers, st["block"], i)
         seq = st["seq"]
@@ -324,6 +461,28 @@ class FastModel:
         dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
         peak = self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
         return total, peak
+
+    def _try_tier_deep(self, st, i, t):
+        """:meth:`try_tier` at a deeper prefetch: the windows that read a rebuilt item or boundary
+        i's tier get their loads again, and the chain is replayed from them (:meth:`_replay`)."""
+        tiers = st["tiers"]
+        old = tiers[i]
+        s, e, a, b = self._span(tiers, st["block"], i)
+        new_tiers = tiers[:]
+        new_tiers[i] = t
+        new_block, _ = self._rebuilt(s, i, e, new_tiers, st["keep"], st["k"])
+        n_new = len(new_block)
+        seq = st["seq"][:a] + new_block + st["seq"][b:]
+        loads = st["loads"][:a] + [None] * n_new + st["loads"][b:]
+        changed = sorted(set(range(max(0, a - 2), min(len(seq), a + n_new + 2))) | {3 + i, 4 + i})
+        for j in changed:
+            loads[j] = self.loads(seq, j, new_tiers)
+        total = self._replay(st, loads, changed, a, n_new, n_new - (b - a))
+        new_ws = ([self._seg_ws(i, e, new_tiers), self._seg_ws(s, i, new_tiers)] if t != "drop"
+                  else [self._seg_ws(s, e, new_tiers)])
+        ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
+        dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
+        return total, self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
 
     def _tier_local(self, st, i, t, s, e, a, b):
         """The local part of :meth:`try_tier`: ({forward window: new length}, the old and new
@@ -352,9 +511,10 @@ class FastModel:
         return new_fwd, old_bwd, new_bwd, new_ws
 
     def residual_bytes(self, keep) -> float:
-        """Device bytes of kept residuals: on device, and (depth 1) twice the largest on the host."""
+        """Device bytes of kept residuals: on device, and (1 + activation depth) times the largest on
+        the host (``memory.offload_working_bytes``)."""
         on_host = [r for r, kp in zip(self.R, keep) if kp == "host"]
-        return sum(r for r, kp in zip(self.R, keep) if kp is True) + 2.0 * max(on_host, default=0.0)
+        return sum(r for r, kp in zip(self.R, keep) if kp is True) + (1.0 + self.da) * max(on_host, default=0.0)
 
     def host_residual_bytes(self, keep) -> float:
         return sum(r for r, kp in zip(self.R, keep) if kp == "host")
@@ -363,6 +523,13 @@ class FastModel:
         """(step time, device peak) after toggling layer l's residuals (kept on device <-> not kept)."""
         keep = st["keep"]
         assert keep[l] != "host", "try_res toggles device residuals; use state() for host ones"
+        if self.deep:
+            pos = st["pos_b"][l]
+            seq = st["seq"][:]
+            seq[pos] = (self.bwd_rc[l + 1] if keep[l] else self.bwd[l + 1],) + seq[pos][1:]
+            loads = st["loads"][:]
+            loads[pos] = self.loads(seq, pos, st["tiers"])
+            return self._replay(st, loads, [pos]), self.peak_of(st) + (-self.R[l] if keep[l] else self.R[l])
         pos = st["pos_b"][l]
         c = self.bwd_rc[l + 1] if keep[l] else self.bwd[l + 1]
         seq = st["seq"]
@@ -383,7 +550,14 @@ class FastModel:
         on_host = self.R[l] if value == "host" else 0.0
         seq[f] = seq[f][:6] + (on_host,) + seq[f][7:]
         c = self.bwd[l + 1] if value else self.bwd_rc[l + 1]
-        seq[b] = (c,) + seq[b][1:7] + (on_host,) + seq[b][8:]
+        seq[b] = (c,) + seq[b][1:7] + (on_host,) + seq[b][8:9] + (3 + l if value == "host" else None,)
+        if self.deep:
+            loads = st["loads"][:]
+            changed = sorted({j for j in (f + 1, b - 2, b - 1, b) if 0 <= j < len(seq)})
+            for j in changed:
+                loads[j] = self.loads(seq, j, st["tiers"])
+            peak = self.peak_of(st) - st["res"] + self.residual_bytes(keep)
+            return self._replay(st, loads, changed), peak, self.host_bytes(st["tiers"], keep)
         wc, F = st["wc"], self.F
         new = {j: self.window(seq, j, st["tiers"]) for j in (f + 1, b - 1, b) if 0 <= j < len(seq)}
         bwd = st["bwd"] + sum(v - wc[j] for j, v in new.items() if j >= F)
@@ -463,7 +637,8 @@ DEFAULT_EVALUATIONS = 3000
 
 def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: int = 8,
                    max_evaluations: int = DEFAULT_EVALUATIONS, starts=(), memory_first: bool = False,
-                   residual_offload: bool = True) -> Plan | None:
+                   residual_offload: bool = True, weight_prefetch_depth: int = 1,
+                   act_prefetch_depth: int = 1) -> Plan | None:
     """The best plan found by greedy construction and local search (None if none fits).
 
     Args:
@@ -472,13 +647,16 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
         a count, so the result does not depend on the machine's speed or load.
       starts: extra Plans to improve (e.g. fitting heuristics); those outside the space are skipped.
       residual_offload: whether residuals may be kept on the host (``Plan.offload_residuals``).
+      weight_prefetch_depth, act_prefetch_depth: the depths the plan is made for (``FastModel``
+        plays them: the deeper buffers in memory, the uploads a window ahead in time).
     Returns:
-      A Plan named ``search`` (pipelined optimizer, depth 1) inside the MILP's decision space.
+      A Plan named ``search`` (pipelined optimizer, at those depths) inside the MILP's decision space.
     Example:
       >>> heuristic_plan(costs, Hardware.preset("h800")).predicted_step_time_s
     """
     fm = FastModel(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
-                   residual_offload=residual_offload)
+                   residual_offload=residual_offload, weight_prefetch_depth=weight_prefetch_depth,
+                   act_prefetch_depth=act_prefetch_depth)
     candidates = []
     for use_nvme in ((False, True) if hardware.nvme_memory > 0 else (False,)):
         for full_start in (False, True):
@@ -495,7 +673,8 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
                     candidates.append(sol)
     candidates.extend(_counted_paths(fm))
     for p in starts:
-        if p is None or p.optimizer_mode != "pipelined" or p.weight_prefetch_depth != 1 or p.act_prefetch_depth != 1:
+        if p is None or p.optimizer_mode != "pipelined" or p.weight_prefetch_depth != weight_prefetch_depth \
+                or p.act_prefetch_depth != act_prefetch_depth:
             continue
         off = memory.offloaded_residuals(p)
         sol = (list(p.boundary_tiers), ["host" if o else kp for kp, o in zip(p.keep_residuals, off)], p.resident_tail)
@@ -519,7 +698,8 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
             break
     tiers, keep, k = best
     return Plan.create(costs, hardware, name="search", boundary_tiers=tiers, keep_residuals=[bool(kp) for kp in keep],
-                       offload_residuals=[kp == "host" for kp in keep], resident_tail=k)
+                       offload_residuals=[kp == "host" for kp in keep], resident_tail=k,
+                       weight_prefetch_depth=weight_prefetch_depth, act_prefetch_depth=act_prefetch_depth)
 
 
 POLISH_WORK = 48_000   # polish's default budget: evaluations x layers (750 evaluations at 64 layers)
@@ -528,9 +708,8 @@ POLISH_WORK = 48_000   # polish's default budget: evaluations x layers (750 eval
 def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int | None = None,
            residual_offload: bool = True) -> Plan:
     """``plan`` improved by local search on the step and memory models themselves, at its own
-    prefetch depths (``FastModel`` plays depth 1 only: at depth 2 a transfer may run a window
-    early, which changes which residuals are worth sending to the host and which boundaries are
-    worth keeping there). Single moves (a layer's residuals: none / on the device / on the host;
+    prefetch depths (each evaluation builds the plan's windows whole: for plans the search did not
+    make at those depths, e.g. a neighbourhood's or a plan carried from other depths). Single moves (a layer's residuals: none / on the device / on the host;
     a boundary's tier: device / host / NVMe / dropped), first improvement, until none helps or
     ``max_evaluations`` are spent (a count: the same plan whatever the machine's load; by default
     ``POLISH_WORK`` / layers, as each evaluation costs time in proportion to the layers). The
