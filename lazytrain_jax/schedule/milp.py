@@ -1775,8 +1775,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         (as long as ``time_limit_s``, a safety net, is not reached first).
       residual_offload: whether kept residuals may live on the host (``Plan.offload_residuals``).
       stats: if a dict, filled with where the seconds went: ``search_s`` (the search at depths
-        (1, 1), and again for a depth pair the union LP or that pair's LP leaves room for, with the
-        deeper buffers' bytes held back, and ``search.polish`` at a pair's depths), ``lp_s`` (LP relaxations,
+        (1, 1), and again at a depth pair the union LP or that pair's LP leaves room for, and
+        ``search.polish`` at a pair's depths), ``lp_s`` (LP relaxations,
         ``lp_solves`` of them; the LP for all depth pairs is solved while the search runs, so the
         two overlap), ``neighbourhood_s`` (``_tier_neighbourhood``: the best boundary tiers for an
         unproved start's path and residuals, a small MILP per depth pair, then
@@ -2752,10 +2752,9 @@ class _Solve:
                     self.best_bound = min(self.best_bound, lp)
                     continue  # nothing at these depths beats the best by more than the tolerance
                 if self.search_evaluations >= 0 and (dw, da) != (1, 1):
-                    # a better plan may exist here: search again, with the room of the deeper buffers
-                    # held back, for a start that fits at these depths; if the LP does not prove the
-                    # better of it and the start, improve that by local search on the step model itself
-                    # at these depths (the search's own model plays depth 1)
+                    # a better plan may exist here: search again at these depths (a start that fits
+                    # here); if the LP does not prove the better of it and the start, improve that by
+                    # local search on the step model itself at these depths
                     q = self.search_at(dw, da)
                     if start_plan is not None and (q is None or
                                                    start_plan.predicted_step_time_s <= q.predicted_step_time_s):
