@@ -2099,15 +2099,14 @@ class _Solve:
         return self.searched[dw, da]
 
     def polish(self, plan, quick=False):
-        """``search.polish(plan)``, once per plan. ``quick``: a quarter of the budget (most of the
-        full budget goes to the last pass, which finds no move: qwen3-32b, 64 layers, 200
-        evaluations reach 40.952 s in 0.41 s, 750 reach 40.951 s in 1.49 s); a later full polish
-        continues from the quick one's plan."""
+        """``search.polish(plan)``, once per plan. ``quick``: a quarter of the search's budget (most
+        of a full budget goes to the last pass, which finds no move); a later full polish continues
+        from the quick one's plan."""
         entry = self.polished.get(id(plan))
         if entry is not None and (entry[2] or quick):
             return entry[1]
         t = time.perf_counter()
-        budget = max(1, search.POLISH_WORK // (4 * self.L)) if quick else None
+        budget = max(1, search.DEFAULT_EVALUATIONS // 4) if quick else None
         result = search.polish(entry[1] if entry is not None else plan, max_segment_length=self.S,
                                max_evaluations=budget, residual_offload=self.residual_offload)
         self.polished[id(plan)] = (plan, result, not quick)

@@ -702,19 +702,24 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
                        weight_prefetch_depth=weight_prefetch_depth, act_prefetch_depth=act_prefetch_depth)
 
 
-POLISH_WORK = 48_000   # polish's default budget: evaluations x layers (750 evaluations at 64 layers)
+POLISH_WORK = 48_000   # the whole-window polish's default budget: evaluations x layers (750 at 64 layers)
 
 
 def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int | None = None,
            residual_offload: bool = True) -> Plan:
-    """``plan`` improved by local search on the step and memory models themselves, at its own
-    prefetch depths (each evaluation builds the plan's windows whole: for plans the search did not
-    make at those depths, e.g. a neighbourhood's or a plan carried from other depths). Single moves (a layer's residuals: none / on the device / on the host;
-    a boundary's tier: device / host / NVMe / dropped), first improvement, until none helps or
-    ``max_evaluations`` are spent (a count: the same plan whatever the machine's load; by default
-    ``POLISH_WORK`` / layers, as each evaluation costs time in proportion to the layers). The
-    resident tail and the depths stay; every move stays in the MILP's space (segments of at most
-    ``max_segment_length``) and within the device, host and NVMe budgets.
+    """``plan`` improved by local search at its own prefetch depths: for plans the search did not
+    make at those depths (a neighbourhood's, or a plan carried from other depths).
+
+    A plan with the pipelined optimizer inside the search's space gets the search's own local
+    search (``_local_search`` on ``FastModel`` at the plan's depths: tier moves, residual moves,
+    the resident tail one layer shorter, compound and pair moves; by default
+    ``DEFAULT_EVALUATIONS`` evaluations). Any other plan gets single moves (a layer's residuals:
+    none / on the device / on the host; a boundary's tier: device / host / NVMe / dropped), each
+    timed on the step model's windows built whole (by default ``POLISH_WORK`` / layers
+    evaluations). Either way first improvement, until none helps or the evaluations are spent (a
+    count: the same plan whatever the machine's load); the depths stay, the resident tail never
+    grows, and every move stays in the MILP's space (segments of at most ``max_segment_length``)
+    and within the device, host and NVMe budgets. The plan itself where nothing faster is found.
 
     Example:
       >>> polish(milp._at_depths(plan, 1, 2)).predicted_step_time_s <= plan.predicted_step_time_s
@@ -722,6 +727,20 @@ def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int | No
     import types
     costs, hw = plan.costs, plan.hardware
     L = costs.num_layers
+    if plan.optimizer_mode == "pipelined":
+        fm = FastModel(costs, hw, max_segment_length=max_segment_length, max_resident_tail=plan.resident_tail,
+                       residual_offload=residual_offload, weight_prefetch_depth=plan.weight_prefetch_depth,
+                       act_prefetch_depth=plan.act_prefetch_depth)
+        off = memory.offloaded_residuals(plan)
+        sol = (list(plan.boundary_tiers), ["host" if o else kp for kp, o in zip(plan.keep_residuals, off)],
+               plan.resident_tail)
+        if fm.allowed(*sol) and fm.fits(*sol):
+            budget = DEFAULT_EVALUATIONS if max_evaluations is None else max_evaluations
+            (tiers, keep, k), t = _local_search(fm, sol, Budget(budget))
+            if t >= plan.predicted_step_time_s - 1e-12 * max(1.0, t):
+                return plan
+            return plan.repredict(boundary_tiers=tiers, keep_residuals=[bool(kp) for kp in keep],
+                                  offload_residuals=[kp == "host" for kp in keep], resident_tail=k)
     if max_evaluations is None:
         max_evaluations = max(1, POLISH_WORK // L)
     tiers = list(plan.boundary_tiers)

@@ -371,24 +371,53 @@ def test_residual_fetch_cuts_at_both_activation_depths():
 @pytest.mark.parametrize("seed", range(6))
 def test_polish_stays_in_the_space_and_never_worsens(seed):
     """Local search at a plan's own depths: every plan it returns fits every budget, keeps its
-    depths and resident tail, has no segment over the limit, and is never slower than its start;
-    its predictions are the step and memory models' own."""
+    depths, never lengthens its resident tail, has no segment over the limit, and is never slower
+    than its start; its predictions are the step and memory models' own. The starts are the
+    search's plans at depths (1, 1), carried to each pair's depths, and the search's own at that
+    pair; the same with the serial optimizer (the whole-window single moves)."""
     rng = random.Random(seed)
     costs = _heterogeneous_costs(rng, 10)
     budget = _room_for(costs, rng.uniform(0.4, 1.5))
     hw = Hardware(device_memory=budget, host_memory=rng.uniform(1, 6) * 1e9, nvme_memory=rng.choice([0, 5e9]),
                   h2d_bw=rng.choice([6e9, 12e9, 24e9]), d2h_bw=12e9, device_flops=1e14, host_opt_rate=3e9)
+    shallow = search.heuristic_plan(costs, hw, max_segment_length=4, max_evaluations=200)
     for dw, da in milp.MILP_DEPTHS:
-        start = milp._at_depths(milp._search_for_depths(costs, hw, dw, da, 4, 8, 200, True), dw, da) \
-            if (dw, da) != (1, 1) else search.heuristic_plan(costs, hw, max_segment_length=4, max_evaluations=200)
-        if start is None:
-            continue
-        q = search.polish(start, max_segment_length=4, max_evaluations=400)
-        assert q.fits() and q.predicted_step_time_s <= start.predicted_step_time_s
-        assert (q.weight_prefetch_depth, q.act_prefetch_depth, q.resident_tail) == (dw, da, start.resident_tail)
-        assert all(e - s <= 4 for s, e in memory.segments(q.boundary_tiers))
+        own = milp._at_depths(milp._search_for_depths(costs, hw, dw, da, 4, 8, 200, True), dw, da) \
+            if (dw, da) != (1, 1) else shallow
+        carried = milp._at_depths(shallow, dw, da)
+        serial = carried.repredict(optimizer_mode="serial") if carried is not None else None
+        for start in (own, carried, serial):
+            if start is None:
+                continue
+            q = search.polish(start, max_segment_length=4, max_evaluations=400)
+            assert q.fits() and q.predicted_step_time_s <= start.predicted_step_time_s
+            assert (q.weight_prefetch_depth, q.act_prefetch_depth) == (dw, da)
+            assert q.resident_tail <= start.resident_tail and q.optimizer_mode == start.optimizer_mode
+            assert all(e - s <= 4 for s, e in memory.segments(q.boundary_tiers))
+            assert q.predicted_step_time_s == pytest.approx(timing.step_time(costs, hw, q), rel=1e-12)
+            assert q.predicted_peak_device_bytes == pytest.approx(memory.device_peak_bytes(costs, hw, q), rel=1e-12)
+
+
+def test_polish_improves_a_plan_carried_to_deeper_prefetch():
+    """A plan made at depths (1, 1), with the room of the deeper buffers held back, and carried to
+    (2, 2): the local search on the search's own model at those depths finds a faster plan every
+    time (its depths kept, its predictions the models' own)."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        costs = _heterogeneous_costs(rng, 10)
+        probe = Hardware(device_memory=1e15, h2d_bw=1.0, d2h_bw=1.0, device_flops=1.0)
+        extra = (sum(memory.constant_bytes(costs, probe, weight_prefetch_depth=2, act_prefetch_depth=2).values())
+                 - sum(memory.constant_bytes(costs, probe).values()) + 2 * max(costs.residual_bytes))
+        room = _room_for(costs, rng.uniform(0.4, 1.0))
+        hw = Hardware(device_memory=room + extra, host_memory=4e9, nvme_memory=0, h2d_bw=6e9, d2h_bw=12e9,
+                      device_flops=1e14, host_opt_rate=3e9)
+        shallow = search.heuristic_plan(costs, hw.replace(device_memory=room), max_segment_length=4,
+                                        max_evaluations=200)
+        carried = milp._at_depths(shallow.repredict(hardware=hw), 2, 2)
+        q = search.polish(carried, max_segment_length=4, max_evaluations=400)
+        assert q.fits() and q.predicted_step_time_s < carried.predicted_step_time_s * (1 - 1e-3)
+        assert (q.weight_prefetch_depth, q.act_prefetch_depth) == (2, 2)
         assert q.predicted_step_time_s == pytest.approx(timing.step_time(costs, hw, q), rel=1e-12)
-        assert q.predicted_peak_device_bytes == pytest.approx(memory.device_peak_bytes(costs, hw, q), rel=1e-12)
 
 
 def test_deeper_activation_prefetch_plan_proved_without_cbc():
