@@ -124,37 +124,13 @@ class FastModel:
                         3 + l if fetched else None))
         return out
 
-    def window(self, seq, k_, tiers) -> float:
-        A = self.A
-        n = len(seq)
-        c = seq[k_][0]
-        up = down = read = write = 0.0
-        if k_ + 1 < n:
-            nxt = seq[k_ + 1]
-            up = nxt[1] + (A[nxt[2]] if nxt[2] is not None else 0.0) + nxt[7]
-        if k_ + 2 < n:
-            item = seq[k_ + 2]
-            if item[8] == "nvme":
-                read = A[item[2]]
-        if k_ >= 1:
-            prev = seq[k_ - 1]
-            down = prev[4] + prev[6]
-            p = prev[3]
-            if p is not None and tiers[p] in _OFF:
-                down += A[p]
-        if k_ >= 2:
-            p = seq[k_ - 2][3]
-            if p is not None and tiers[p] == "nvme":
-                write = A[p]
-        if self.shared:
-            return c + up / self.h2d + down / self.d2h + read / self.nr + write / self.nw
-        return max(c, up / self.h2d, down / self.d2h, read / self.nr, write / self.nw)
-
-    def loads(self, seq, k_, tiers):
-        """Window k_'s loads for the chain of a deeper prefetch (``_chain``): (its length from
-        every channel but the upload link, the bytes due on that link (the next item's uploads),
-        the bytes of the item after next released in it: its weights at weight depth 2, its host
-        base and residual fetch at activation depth 2)."""
+    def _parts(self, seq, k_, tiers):
+        """Window k_'s loads in bytes (seconds for compute): (compute, upload due (the next item's
+        weights, base and residuals), download (the previous item's gradients, residuals and the
+        boundary it produced, if offloaded), NVMe read (the base of the item after next), NVMe
+        write (the boundary the item before the previous one produced), and the uploads of the
+        item after next released in this window at a deeper prefetch: its weights at weight depth
+        2, its host base and residual fetch at activation depth 2)."""
         A = self.A
         n = len(seq)
         c = seq[k_][0]
@@ -183,6 +159,21 @@ class FastModel:
             p = seq[k_ - 2][3]
             if p is not None and tiers[p] == "nvme":
                 write = A[p]
+        return c, up, down, read, write, early
+
+    def window(self, seq, k_, tiers) -> float:
+        """Window k_'s length at depth 1 (``steps.windows``: its busiest channel, or on shared cores
+        the sum of its loads)."""
+        c, up, down, read, write, _ = self._parts(seq, k_, tiers)
+        if self.shared:
+            return c + up / self.h2d + down / self.d2h + read / self.nr + write / self.nw
+        return max(c, up / self.h2d, down / self.d2h, read / self.nr, write / self.nw)
+
+    def loads(self, seq, k_, tiers):
+        """Window k_'s loads for the chain of a deeper prefetch (``_chain``): (its length from
+        every channel but the upload link, the bytes due on that link, the bytes of the item after
+        next released in it)."""
+        c, up, down, read, write, early = self._parts(seq, k_, tiers)
         return max(c, down / self.d2h, read / self.nr, write / self.nw), up, early
 
     def _chain(self, loads):
