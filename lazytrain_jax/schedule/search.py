@@ -39,7 +39,8 @@ TIER_CACHE_ENTRIES = 50_000
 
 
 class FastModel:
-    """Step time and peaks of a plan given as (tiers, keep, k), without building Items/Windows.
+    """Step time and peaks of a plan given as (tiers, keep, k), without building Items/Windows, at
+    the prefetch depths it is made for (``weight_prefetch_depth``, ``act_prefetch_depth``).
 
     ``keep[l]`` is False (recompute in backward), True (residuals kept on device) or ``"host"``
     (kept on the host: ``Plan.offload_residuals``).
@@ -258,8 +259,9 @@ class FastModel:
 
     def forward_total(self, base) -> float:
         """Σ of the forward windows 0..F-1 given their lengths without the optimizer: the host
-        optimizer is one chain from the step's start, each update due two windows before its unit's
-        item (the step model's fluid schedule). Where the host's cores compute
+        optimizer is one chain from the step's start, each update due (weight depth + 1) windows
+        before its unit's item (the step model's fluid schedule; at depth 1 only: a deeper
+        prefetch times the forward windows in ``_chain``). Where the host's cores compute
         (``Hardware.host_shares_device``) the optimizer adds its seconds due to the window's other
         loads and never works ahead."""
         return self._forward(base)[0]
@@ -313,7 +315,8 @@ class FastModel:
             seq.extend(self.segment_items(s, e, tiers, keep, k))
             block[s] = (start, len(seq), e)
         seq.append((self.bwd[0], 0.0, None, None, 0.0, None, 0.0, 0.0, None, None))
-        wc = [self.window(seq, j, tiers) for j in range(len(seq))]
+        # (a deeper prefetch's lengths come from the chain, in _summed)
+        wc = [] if self.deep else [self.window(seq, j, tiers) for j in range(len(seq))]
         return self._summed(tiers, keep, k, seq, wc, block)
 
     def changed(self, st, tiers, keep):
