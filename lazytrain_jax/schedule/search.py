@@ -184,27 +184,36 @@ class FastModel:
         ahead), the window lasts as long as its busiest channel (the host optimizer's chain in the
         forward windows), and the link's idle time then takes the released part of the item after
         next. The last four are per window (after it), what :meth:`_replay` restarts from."""
-        h2d, opt_due, F = self.h2d, self.opt_due, self.F
-        last = opt_due[-1]
+        F, step = self.F, self._step
         done = pre = total = 0.0
         lengths, pres, dones, prefix = [], [], [], [0.0]
-        for k, (other, up, early) in enumerate(loads):
-            due = up - pre
-            t = due / h2d
-            if other > t:
-                t = other
-            if k < F:
-                if opt_due[k] - done > t:
-                    t = opt_due[k] - done
-                done = min(last, done + t)
-            room = t * h2d - due
-            pre = 0.0 if room <= 0.0 or early <= 0.0 else (early if early < room else room)
+        for k, window in enumerate(loads):
+            t, pre, done = step(k, window, pre, done)
             total += t
             lengths.append(t)
             pres.append(pre)
             dones.append(done)
             prefix.append(total)
         return total, prefix[min(F, len(loads))], lengths, pres, dones, prefix
+
+    def _step(self, k, loads, pre, done):
+        """One window of the chain (``_chain``, ``_replay``): window k with loads ``loads``
+        (``loads``), ``pre`` bytes of its upload done by the window before and ``done`` seconds of
+        the host optimizer done before it: (its length, the bytes of the next window's upload it
+        does ahead, the optimizer's seconds done after it)."""
+        other, up, early = loads
+        due = up - pre
+        t = due / self.h2d
+        if other > t:
+            t = other
+        if k < self.F:
+            opt_due = self.opt_due
+            if opt_due[k] - done > t:
+                t = opt_due[k] - done
+            done = min(opt_due[-1], done + t)
+        room = t * self.h2d - due
+        pre = 0.0 if room <= 0.0 or early <= 0.0 else (early if early < room else room)
+        return t, pre, done
 
     def _replay(self, st, loads, changed, a=None, n_block=0, shift=0):
         """The step time of ``st``'s plan with the windows' loads ``loads`` (a deeper prefetch),
@@ -213,8 +222,7 @@ class FastModel:
         jumps to the next once its carry (uploads done ahead, the optimizer's progress) is back on
         ``st``'s track. ``loads[a:a + n_block]`` replace ``st``'s windows ``a .. a + n_block -
         shift - 1``; the windows after them are ``st``'s, ``shift`` places later."""
-        h2d, opt_due, F = self.h2d, self.opt_due, self.F
-        last = opt_due[-1]
+        F, step = self.F, self._step
         pres, dones, prefix = st["pres"], st["dones"], st["prefix"]
         old_total = prefix[-1]
         if a is None:
@@ -242,17 +250,7 @@ class FastModel:
                     total += prefix[o2 + 1] - prefix[o + 1]
                     pre, done = pres[o2], dones[o2]
                     continue
-            other, up, early = loads[k]
-            due = up - pre
-            t = due / h2d
-            if other > t:
-                t = other
-            if k < F:
-                if opt_due[k] - done > t:
-                    t = opt_due[k] - done
-                done = min(last, done + t)
-            room = t * h2d - due
-            pre = 0.0 if room <= 0.0 or early <= 0.0 else (early if early < room else room)
+            t, pre, done = step(k, loads[k], pre, done)
             total += t
             k += 1
         return total
@@ -450,17 +448,27 @@ class FastModel:
         new_fwd, old_bwd, new_bwd, new_ws = local
         bwd = st["bwd"] - old_bwd + new_bwd
         fwd = self._forward_changed(st, new_fwd)
-        total = fwd + bwd
+        return fwd + bwd, self._tier_peak(st, i, t, s, new_ws)
+
+    def _tier_ws(self, s, i, e, new_tiers):
+        """The working sets of the segments a move of boundary i (to ``new_tiers[i]``) rebuilds
+        between kept boundaries s and e."""
+        if new_tiers[i] != "drop":
+            return [self._seg_ws(i, e, new_tiers), self._seg_ws(s, i, new_tiers)]
+        return [self._seg_ws(s, e, new_tiers)]
+
+    def _tier_peak(self, st, i, t, s, new_ws):
+        """The device peak after moving boundary i (kept boundary s before it) to tier t, the
+        rebuilt segments' working sets ``new_ws`` (``_tier_ws``)."""
         ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
+        old = st["tiers"][i]
         dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
-        peak = self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
-        return total, peak
+        return self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
 
     def _try_tier_deep(self, st, i, t):
         """:meth:`try_tier` at a deeper prefetch: the windows that read a rebuilt item or boundary
         i's tier get their loads again, and the chain is replayed from them (:meth:`_replay`)."""
         tiers = st["tiers"]
-        old = tiers[i]
         s, e, a, b = self._span(tiers, st["block"], i)
         new_tiers = tiers[:]
         new_tiers[i] = t
@@ -472,11 +480,7 @@ class FastModel:
         for j in changed:
             loads[j] = self.loads(seq, j, new_tiers)
         total = self._replay(st, loads, changed, a, n_new, n_new - (b - a))
-        new_ws = ([self._seg_ws(i, e, new_tiers), self._seg_ws(s, i, new_tiers)] if t != "drop"
-                  else [self._seg_ws(s, e, new_tiers)])
-        ws = max([v for v, key in st["ws_top"] if key not in (s, i)][:1] + new_ws)
-        dev = st["dev"] + (self.A[i] if t == "device" else 0.0) - (self.A[i] if old == "device" else 0.0)
-        return total, self.base_mem + self.tail_mem[st["k"]] + dev + st["res"] + ws
+        return total, self._tier_peak(st, i, t, s, self._tier_ws(s, i, e, new_tiers))
 
     def _tier_local(self, st, i, t, s, e, a, b):
         """The local part of :meth:`try_tier`: ({forward window: new length}, the old and new
@@ -484,8 +488,7 @@ class FastModel:
         new_tiers = st["tiers"][:]
         new_tiers[i] = t
         new_block, _ = self._rebuilt(s, i, e, new_tiers, st["keep"], st["k"])
-        new_ws = ([self._seg_ws(i, e, new_tiers), self._seg_ws(s, i, new_tiers)] if t != "drop"
-                  else [self._seg_ws(s, e, new_tiers)])
+        new_ws = self._tier_ws(s, i, e, new_tiers)
         seq, wc, F = st["seq"], st["wc"], self.F
         seq2 = seq[a - 4:a] + new_block + seq[b:b + 4]  # what the changed windows read
         off = a - 4
