@@ -942,3 +942,33 @@ def test_rens_leaves_the_tiers_free_where_fixing_them_is_infeasible():
     # the path and the residuals are the LP's where it takes them whole; the tiers are the plan's own
     _assert_keeps_what_the_lp_takes_whole(plan, union, point)
     assert any(t == "host" for t in plan.boundary_tiers)
+
+
+@pytest.mark.parametrize("found,polished,expected", [
+    (10.5, 10.2, ["polish 10.5", "join 10.2", "tiers 10.2"]),   # unproved: polished, then splits and tiers on it
+    (10.5, 10.08, ["polish 10.5"]),                               # the polished plan is proved: nothing more
+    (10.05, None, []),                                            # proved as found: not polished
+])
+def test_a_neighbourhoods_plan_is_polished_before_the_splits_and_the_tiers(monkeypatch, found, polished, expected):
+    """``_Solve.rens_at``: a plan of ``_rens`` that the union LP does not prove is polished first
+    (``polish``, a quarter of the search's budget), and the splits' bounds and the tier
+    neighbourhood then see the polished plan."""
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.union, run.deadline, run.cutoff, run.max_nodes = 1e-2, 10.0, math.inf, None, 10
+    run.rens_done, run.tail_proof, run.stats = set(), None, {"rens_s": 0.0, "rens_runs": 0}
+    run.union_built = run.costs = run.hardware = None
+    order = []
+
+    def plan(value):
+        return types.SimpleNamespace(predicted_step_time_s=value)
+    monkeypatch.setattr(milp, "_rens", lambda *a, **k: plan(found))
+    monkeypatch.setattr(run, "polish", lambda q, quick=False: order.append(f"polish {q.predicted_step_time_s}")
+                        or (quick and plan(polished)), raising=False)
+    monkeypatch.setattr(run, "join_splits", lambda q=None: order.append(f"join {q.predicted_step_time_s}"),
+                        raising=False)
+    monkeypatch.setattr(milp, "_tier_neighbourhood",
+                        lambda built, q, *a, **k: order.append(f"tiers {q.predicted_step_time_s}") or None)
+    q = run.rens_at(types.SimpleNamespace(weight_prefetch_depth=2, act_prefetch_depth=1), point=None)
+    assert order == expected
+    assert q.predicted_step_time_s == (found if polished is None else polished)
+    assert run.rens_done == {(2, 1)} and run.stats["rens_runs"] == 1
