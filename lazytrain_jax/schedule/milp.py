@@ -2149,28 +2149,36 @@ class _Solve:
         self.rens_done.add((built.weight_prefetch_depth, built.act_prefetch_depth))
 
         def run():
-            q = _rens(built, self.union_built, point, self.costs, self.hardware, self.rel_gap, self.left(),
-                      min(self.max_nodes, RENS_MAX_NODES))
-            if q is not None and not self.union_proves(q):
-                # polished first (local search on the step model at the plan's depths, a quarter of
-                # the search's budget: 0.05-0.3 s at 128 layers): the sub-MIP's plans leave moves
-                # the search finds at once (varied seeds at 128 layers: 8, 11.0668 -> 11.0214 s; 0,
-                # at the limit, 36.749 -> 36.630 s; 17, 13.1347 -> 13.1333 s, which the depth
-                # split then proves where the tail split had to)
-                q = self.polish(q, quick=True)
-            if q is not None and not self.union_proves(q):
-                # the splits' bounds first (joined after this step anyway): where they prove the
-                # plan, its tiers are not chosen again (random heterogeneous instance, 64 layers:
-                # the depth split, done before the neighbourhood ends, proves its 17.40 s plan; the
-                # tiers took 0.11 s more and found nothing); so the tail split (varied seed 10, 128
-                # layers: it proves the plan, the tiers took 0.16 s more before it)
-                self.join_splits(q)
-                if tail and not self.union_proves(q):
-                    self.tail_split(q)
-                if self.tail_proof is None and not self.union_proves(q):
-                    better = _tier_neighbourhood(built, q, self.costs, self.hardware, self.left(),
-                                                 gap=RENS_GAP * self.rel_gap)
-                    if better is not None and better.predicted_step_time_s < q.predicted_step_time_s:
+            found = _rens(built, self.union_built, point, self.costs, self.hardware, self.rel_gap, self.left(),
+                          min(self.max_nodes, RENS_MAX_NODES))
+            if found is None or self.union_proves(found):
+                return found
+            # polished first (local search on the step model at the plan's depths, a quarter of the
+            # search's budget: 0.05-0.3 s at 128 layers): the sub-MIP's plans leave moves the
+            # search finds at once (varied seeds at 128 layers: 8, 11.0668 -> 11.0214 s; 0, at the
+            # limit, 36.749 -> 36.630 s; 17, 13.1347 -> 13.1333 s, which the depth split then
+            # proves where the tail split had to)
+            q = self.polish(found, quick=True)
+            if self.union_proves(q):
+                return q
+            # the splits' bounds first (joined after this step anyway): where they prove the plan,
+            # its tiers are not chosen again (random heterogeneous instance, 64 layers: the depth
+            # split, done before the neighbourhood ends, proves its 17.40 s plan; the tiers took
+            # 0.11 s more and found nothing); so the tail split (varied seed 10, 128 layers: it
+            # proves the plan, the tiers took 0.16 s more before it)
+            self.join_splits(q)
+            if tail and not self.union_proves(q):
+                self.tail_split(q)
+            if self.tail_proof is None and not self.union_proves(q):
+                # the tiers chosen again for the sub-MIP's own plan, not the polished one, whose
+                # moves may lead away from the better tiers (varied seed 0, 64 layers: 18.9034 s,
+                # polished 18.8755 s, its tiers 18.8718 s; the plan's own tiers 18.8598 s), and
+                # the result polished in turn
+                better = _tier_neighbourhood(built, found, self.costs, self.hardware, self.left(),
+                                             gap=RENS_GAP * self.rel_gap)
+                if better is not None and better.predicted_step_time_s < found.predicted_step_time_s:
+                    better = self.polish(better, quick=True)
+                    if better.predicted_step_time_s < q.predicted_step_time_s:
                         q = better
             return q
         return self.counted(run)

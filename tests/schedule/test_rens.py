@@ -944,15 +944,20 @@ def test_rens_leaves_the_tiers_free_where_fixing_them_is_infeasible():
     assert any(t == "host" for t in plan.boundary_tiers)
 
 
-@pytest.mark.parametrize("found,polished,expected", [
-    (10.5, 10.2, ["polish 10.5", "join 10.2", "tiers 10.2"]),   # unproved: polished, then splits and tiers on it
-    (10.5, 10.08, ["polish 10.5"]),                               # the polished plan is proved: nothing more
-    (10.05, None, []),                                            # proved as found: not polished
+@pytest.mark.parametrize("found,polished,tiers,expected,result", [
+    # unproved: polished; the splits see the polished plan, the tiers the sub-MIP's own, polished in turn
+    (10.5, {10.5: 10.3, 10.25: 10.2}, 10.25, ["polish 10.5", "join 10.3", "tiers 10.5", "polish 10.25"], 10.2),
+    (10.5, {10.5: 10.3, 10.4: 10.35}, 10.4, ["polish 10.5", "join 10.3", "tiers 10.5", "polish 10.4"], 10.3),
+    (10.5, {10.5: 10.3}, None, ["polish 10.5", "join 10.3", "tiers 10.5"], 10.3),   # the tiers find nothing
+    (10.5, {10.5: 10.08}, None, ["polish 10.5"], 10.08),   # the polished plan is proved: nothing more
+    (10.05, {}, None, [], 10.05),                          # proved as found: not polished
 ])
-def test_a_neighbourhoods_plan_is_polished_before_the_splits_and_the_tiers(monkeypatch, found, polished, expected):
+def test_a_neighbourhoods_plan_is_polished_before_the_splits_and_the_tiers(monkeypatch, found, polished, tiers,
+                                                                            expected, result):
     """``_Solve.rens_at``: a plan of ``_rens`` that the union LP does not prove is polished first
-    (``polish``, a quarter of the search's budget), and the splits' bounds and the tier
-    neighbourhood then see the polished plan."""
+    (``polish``, a quarter of the search's budget); the splits' bounds then see the polished plan,
+    and the tier neighbourhood the sub-MIP's own, its faster plan polished in turn; the fastest
+    returned."""
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.union, run.deadline, run.cutoff, run.max_nodes = 1e-2, 10.0, math.inf, None, 10
     run.rens_done, run.tail_proof, run.stats = set(), None, {"rens_s": 0.0, "rens_runs": 0}
@@ -960,15 +965,19 @@ def test_a_neighbourhoods_plan_is_polished_before_the_splits_and_the_tiers(monke
     order = []
 
     def plan(value):
-        return types.SimpleNamespace(predicted_step_time_s=value)
+        return None if value is None else types.SimpleNamespace(predicted_step_time_s=value)
+
+    def polish(q, quick=False):
+        order.append(f"polish {q.predicted_step_time_s}")
+        assert quick
+        return plan(polished[q.predicted_step_time_s])
     monkeypatch.setattr(milp, "_rens", lambda *a, **k: plan(found))
-    monkeypatch.setattr(run, "polish", lambda q, quick=False: order.append(f"polish {q.predicted_step_time_s}")
-                        or (quick and plan(polished)), raising=False)
+    monkeypatch.setattr(run, "polish", polish, raising=False)
     monkeypatch.setattr(run, "join_splits", lambda q=None: order.append(f"join {q.predicted_step_time_s}"),
                         raising=False)
     monkeypatch.setattr(milp, "_tier_neighbourhood",
-                        lambda built, q, *a, **k: order.append(f"tiers {q.predicted_step_time_s}") or None)
+                        lambda built, q, *a, **k: order.append(f"tiers {q.predicted_step_time_s}") or plan(tiers))
     q = run.rens_at(types.SimpleNamespace(weight_prefetch_depth=2, act_prefetch_depth=1), point=None)
     assert order == expected
-    assert q.predicted_step_time_s == (found if polished is None else polished)
+    assert q.predicted_step_time_s == result
     assert run.rens_done == {(2, 1)} and run.stats["rens_runs"] == 1
