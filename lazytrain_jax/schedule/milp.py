@@ -2144,7 +2144,7 @@ class _Solve:
     def rens_at(self, built, point, tail=False):
         """_rens at ``built``'s depth pair from ``point`` (a solution of the union LP, or of one of
         its halves): the plan, or None. Once per depth pair. Where the union LP does not prove the
-        sub-MIP's plan, it is polished (``polish``), the splits started beside this step are joined
+        sub-MIP's plan, it is polished (``polish``, quick), the splits started beside this step are joined
         and, with ``tail``, the tail split is run for the polished plan (``tail_split``); where
         none proves it, the sub-MIP plan's boundary tiers are chosen again
         (``_tier_neighbourhood``), that plan polished in turn, and the faster of the two kept."""
@@ -2155,13 +2155,14 @@ class _Solve:
                           min(self.max_nodes, RENS_MAX_NODES))
             if found is None or self.union_proves(found):
                 return found
-            # polished first (local search on the step model at the plan's depths, the search's
-            # budget: 0.15-0.4 s at 128 layers): the sub-MIP's plans leave moves the search finds
-            # at once (varied seeds at 128 layers: 8, 11.0668 -> 11.0146 s and 0, 36.749 -> 36.602
-            # s, both at the limit; 17, 13.1347 -> 13.1333 s, which the depth split then proves
-            # where the tail split had to). A quarter of the budget (``quick``) left 8 of 80
-            # varied plans at 64 and 128 layers up to 0.08 % slower (11, 5.7225 against 5.7179 s)
-            q = self.polish(found)
+            # polished first (local search on the step model at the plan's depths, a quarter of the
+            # search's budget: 0.05-0.3 s at 128 layers): the sub-MIP's plans leave moves the
+            # search finds at once (varied seeds at 128 layers: 8, 11.0668 -> 11.0214 s and 0,
+            # 36.749 -> 36.630 s, both at the limit; 17, 13.1347 -> 13.1333 s, which the depth
+            # split then proves where the tail split had to). The full budget gave 8 of 80 varied
+            # plans at 64 and 128 layers up to 0.08 % faster, but took seeds 11 and 16 at 128
+            # layers 0.35-0.9 s longer, to 4.4-5.0 s (benchmarks/RESULTS.md)
+            q = self.polish(found, quick=True)
             if self.union_proves(q):
                 return q
             # the splits' bounds first (joined after this step anyway): where they prove the plan,

@@ -946,18 +946,18 @@ def test_rens_leaves_the_tiers_free_where_fixing_them_is_infeasible():
 
 @pytest.mark.parametrize("found,polished,tiers,expected,result", [
     # unproved: polished; the splits see the polished plan, the tiers the sub-MIP's own, polished in turn
-    (10.5, {10.5: 10.3, 10.25: 10.2}, 10.25, ["polish 10.5", "join 10.3", "tiers 10.5", "quick polish 10.25"], 10.2),
-    (10.5, {10.5: 10.3, 10.4: 10.35}, 10.4, ["polish 10.5", "join 10.3", "tiers 10.5", "quick polish 10.4"], 10.3),
-    (10.5, {10.5: 10.3}, None, ["polish 10.5", "join 10.3", "tiers 10.5"], 10.3),   # the tiers find nothing
-    (10.5, {10.5: 10.08}, None, ["polish 10.5"], 10.08),   # the polished plan is proved: nothing more
+    (10.5, {10.5: 10.3, 10.25: 10.2}, 10.25, ["quick polish 10.5", "join 10.3", "tiers 10.5", "quick polish 10.25"], 10.2),
+    (10.5, {10.5: 10.3, 10.4: 10.35}, 10.4, ["quick polish 10.5", "join 10.3", "tiers 10.5", "quick polish 10.4"], 10.3),
+    (10.5, {10.5: 10.3}, None, ["quick polish 10.5", "join 10.3", "tiers 10.5"], 10.3),   # the tiers find nothing
+    (10.5, {10.5: 10.08}, None, ["quick polish 10.5"], 10.08),   # the polished plan is proved: nothing more
     (10.05, {}, None, [], 10.05),                          # proved as found: not polished
 ])
 def test_a_neighbourhoods_plan_is_polished_before_the_splits_and_the_tiers(monkeypatch, found, polished, tiers,
                                                                             expected, result):
     """``_Solve.rens_at``: a plan of ``_rens`` that the union LP does not prove is polished first
-    (``polish``, the search's budget); the splits' bounds then see the polished plan, and the tier
-    neighbourhood the sub-MIP's own, its faster plan polished in turn (a quarter of the budget);
-    the fastest returned."""
+    (``polish``, a quarter of the search's budget); the splits' bounds then see the polished plan,
+    and the tier neighbourhood the sub-MIP's own, its faster plan polished in turn; the fastest
+    returned."""
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.union, run.deadline, run.cutoff, run.max_nodes = 1e-2, 10.0, math.inf, None, 10
     run.rens_done, run.tail_proof, run.stats = set(), None, {"rens_s": 0.0, "rens_runs": 0}
