@@ -520,14 +520,13 @@ class FastModel:
         """(step time, device peak) after toggling layer l's residuals (kept on device <-> not kept)."""
         keep = st["keep"]
         assert keep[l] != "host", "try_res toggles device residuals; use state() for host ones"
+        pos = st["pos_b"][l]
         if self.deep:
-            pos = st["pos_b"][l]
             seq = st["seq"][:]
             seq[pos] = (self.bwd_rc[l + 1] if keep[l] else self.bwd[l + 1],) + seq[pos][1:]
             loads = st["loads"][:]
             loads[pos] = self.loads(seq, pos, st["tiers"])
             return self._replay(st, loads, [pos]), self.peak_of(st) + (-self.R[l] if keep[l] else self.R[l])
-        pos = st["pos_b"][l]
         c = self.bwd_rc[l + 1] if keep[l] else self.bwd[l + 1]
         seq = st["seq"]
         item = seq[pos]
@@ -673,8 +672,7 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
         if p is None or p.optimizer_mode != "pipelined" or p.weight_prefetch_depth != weight_prefetch_depth \
                 or p.act_prefetch_depth != act_prefetch_depth:
             continue
-        off = memory.offloaded_residuals(p)
-        sol = (list(p.boundary_tiers), ["host" if o else kp for kp, o in zip(p.keep_residuals, off)], p.resident_tail)
+        sol = _solution(p)
         if fm.allowed(*sol) and fm.fits(*sol):
             candidates.append(sol)
     if not candidates:
@@ -693,10 +691,22 @@ def heuristic_plan(costs, hardware, *, max_segment_length: int = 8, max_resident
             best, best_t = sol, t
         if evals.spent:
             break
-    tiers, keep, k = best
-    return Plan.create(costs, hardware, name="search", boundary_tiers=tiers, keep_residuals=[bool(kp) for kp in keep],
-                       offload_residuals=[kp == "host" for kp in keep], resident_tail=k,
+    return Plan.create(costs, hardware, name="search", **_decisions(*best),
                        weight_prefetch_depth=weight_prefetch_depth, act_prefetch_depth=act_prefetch_depth)
+
+
+def _solution(plan: Plan) -> tuple:
+    """``plan``'s decisions as the search holds them: (tiers, keep, resident tail), ``keep[l]``
+    False, True or ``"host"`` (``FastModel``)."""
+    off = memory.offloaded_residuals(plan)
+    return (list(plan.boundary_tiers), ["host" if o else kp for kp, o in zip(plan.keep_residuals, off)],
+            plan.resident_tail)
+
+
+def _decisions(tiers, keep, k) -> dict:
+    """The search's (tiers, keep, resident tail) as ``Plan`` fields (the inverse of ``_solution``)."""
+    return dict(boundary_tiers=tiers, keep_residuals=[bool(kp) for kp in keep],
+                offload_residuals=[kp == "host" for kp in keep], resident_tail=k)
 
 
 POLISH_WORK = 48_000   # the whole-window polish's default budget: evaluations x layers (750 at 64 layers)
@@ -728,16 +738,13 @@ def polish(plan: Plan, *, max_segment_length: int = 8, max_evaluations: int | No
         fm = FastModel(costs, hw, max_segment_length=max_segment_length, max_resident_tail=plan.resident_tail,
                        residual_offload=residual_offload, weight_prefetch_depth=plan.weight_prefetch_depth,
                        act_prefetch_depth=plan.act_prefetch_depth)
-        off = memory.offloaded_residuals(plan)
-        sol = (list(plan.boundary_tiers), ["host" if o else kp for kp, o in zip(plan.keep_residuals, off)],
-               plan.resident_tail)
+        sol = _solution(plan)
         if fm.allowed(*sol) and fm.fits(*sol):
             budget = DEFAULT_EVALUATIONS if max_evaluations is None else max_evaluations
-            (tiers, keep, k), t = _local_search(fm, sol, Budget(budget))
+            best, t = _local_search(fm, sol, Budget(budget))
             if t >= plan.predicted_step_time_s - 1e-12 * max(1.0, t):
                 return plan
-            return plan.repredict(boundary_tiers=tiers, keep_residuals=[bool(kp) for kp in keep],
-                                  offload_residuals=[kp == "host" for kp in keep], resident_tail=k)
+            return plan.repredict(**_decisions(*best))
     if max_evaluations is None:
         max_evaluations = max(1, POLISH_WORK // L)
     tiers = list(plan.boundary_tiers)
