@@ -2013,6 +2013,7 @@ class _Solve:
         self.depth_vertices = set()  # the weight depths whose depth_points are vertices (depth_ends' at the join; half_point)
         self.depth_ends = {}       # weight depth -> HiGHS' basis at that vertex (tail_split starts there)
         self.rens_done = set()     # the depth pairs rens_at has run at
+        self.rounded = False       # round_union has run
         self.offload_split = None  # the offload split's future (start_offload_split), once started
         self.offload_split_joined = False  # its bound taken into the union LP (join_splits)
         self.halves_done = False       # half_neighbourhoods has run
@@ -2559,18 +2560,25 @@ class _Solve:
         those prove the incumbent (or ``plan``, a faster one about to replace it), the union LP is
         raised to the lower of them and the halves' ends (an LP from scratch after the cap) are not
         waited for. Varied seed 16, 128 layers: 5.06 -> 4.00 s, the same plan."""
-        if self.depth_split is None or self.depth_bounds or self.union_proves(self.incumbent):
+        if self.depth_split is None or self.depth_bounds or self.union_proves(self.incumbent) or \
+                self.depth_split_proves_early(plan):
             return
-        if self.depth_early:
-            best = min((q for q in (self.incumbent, plan) if q is not None), key=lambda q: q.predicted_step_time_s)
-            first = min(self.depth_early[dw].result()(best.predicted_step_time_s) for dw in self.weights)
-            if first > self.union and self.union_proves(best, raised=first - self.union):
-                self.union = first
-                return
         (self.depth_bounds, self.depth_points), seconds = self.depth_split.result()
         self.depth_vertices = set(self.depth_ends)
         self.stats["lp_s"] += seconds
         self.union = max(self.union, min(self.depth_bounds[dw] for dw in self.weights))
+
+    def depth_split_proves_early(self, plan=None) -> bool:
+        """Whether the first bounds of the depth split's halves (``depth_early``, waited for) prove
+        the incumbent or ``plan`` (see ``join_depth_split``); the union LP is then raised to them."""
+        if self.depth_split is None or self.depth_bounds or not self.depth_early:
+            return False
+        best = min((q for q in (self.incumbent, plan) if q is not None), key=lambda q: q.predicted_step_time_s)
+        first = min(self.depth_early[dw].result()(best.predicted_step_time_s) for dw in self.weights)
+        if first > self.union and self.union_proves(best, raised=first - self.union):
+            self.union = first
+            return True
+        return False
 
     def rens_in_union_phase(self, point, weight_depth=None):
         """rens_at the depth pair of ``depths`` that ``point`` leans to most (with weight prefetch
@@ -2589,6 +2597,26 @@ class _Solve:
             self.incumbent = q
         return d, q
 
+    def round_union(self):
+        """Once: the union LP's solution rounded at the depth pair it leans to, fitted and improved
+        by the search's local search (``_rounding``); the incumbent replaced by a faster plan, and
+        the splits started beside this step joined where the union LP does not prove it."""
+        if self.rounded or not self.neighbourhoods_open() or self.search_evaluations < 0:
+            return
+        self.rounded = True
+        d = _leaning(self.union_point[0], self.union_built, self.depths, self.tie())[0]
+        t = time.perf_counter()
+        q = _rounding(self.union_built, self.union_point[0], d, self.costs, self.hardware, self.S, self.K,
+                      self.residual_offload, self.search_evaluations)
+        self.stats["search_s"] += time.perf_counter() - t
+        if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+            self.incumbent = q
+        if not self.union_proves(self.incumbent):
+            # the depth split's first bounds only: where they do not prove the plan, the
+            # neighbourhood runs beside the rest of the split, as it would without this step
+            # (varied seed 17, 128 layers: waiting for the whole split first took 5.4 -> 9.1 s)
+            self.depth_split_proves_early()
+
     def neighbourhoods_open(self) -> bool:
         """Whether the union LP's neighbourhoods may run now: HiGHS' path with the LP's solution at
         hand, the incumbent not proved, time left."""
@@ -2596,7 +2624,9 @@ class _Solve:
             not self.expired()
 
     def first_neighbourhood(self):
-        """``rens_at`` the depth pair the union LP's solution leans to (once)."""
+        """``rens_at`` the depth pair the union LP's solution leans to (once), after the LP's
+        rounding (``round_union``) where that does not prove its plan."""
+        self.round_union()
         if not self.neighbourhoods_open() or self.rens_done:
             return
         self.rens_in_union_phase(self.union_point[0])
@@ -3290,6 +3320,18 @@ def _leaning(point, union_built: Built, depths=MILP_DEPTHS, tie=None) -> list:
         return (y_w if d[0] == 2 else 1.0 - y_w) * (y_a if d[1] == 2 else 1.0 - y_a)
 
     return sorted(depths, key=lambda d: (d != lean, -weight(d), 0.0 if tie is None else tie(d)))
+
+
+def _rounding(union_built: Built, point, depth, costs, hardware, max_segment_length: int, max_resident_tail: int,
+              residual_offload: bool, evaluations: int) -> Plan | None:
+    """``search.round_relaxation`` of the union LP's solution ``point`` at depth pair ``depth``."""
+    def shares(group):
+        return {key: float(point[var.idx]) for key, var in getattr(union_built, group).items()}
+    return search.round_relaxation(costs, hardware, edges=shares("x"), host=shares("host"), nvme=shares("nv"),
+                                   keep=shares("res"), offload=shares("off"), tail=shares("r"),
+                                   weight_prefetch_depth=depth[0], act_prefetch_depth=depth[1],
+                                   max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                                   residual_offload=residual_offload, max_evaluations=evaluations)
 
 
 def _residual_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s: float,

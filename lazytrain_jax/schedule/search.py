@@ -27,6 +27,8 @@ The result is handed to CBC as ``model.start``; CBC then only has to close the (
 
 from __future__ import annotations
 
+import math
+
 from lazytrain_jax.schedule import memory, steps
 from lazytrain_jax.schedule.plan import Plan
 
@@ -709,6 +711,104 @@ def _decisions(tiers, keep, k) -> dict:
                 offload_residuals=[kp == "host" for kp in keep], resident_tail=k)
 
 
+# an edge value below this counts as this in the rounding's path (log of 0)
+ROUNDING_FLOOR = 1e-9
+
+
+def round_relaxation(costs, hardware, *, edges: dict, host: dict, nvme: dict, keep: dict, offload: dict,
+                     tail: dict, weight_prefetch_depth: int, act_prefetch_depth: int, max_segment_length: int = 8,
+                     max_resident_tail: int = 8, residual_offload: bool = True,
+                     max_evaluations: int = DEFAULT_EVALUATIONS) -> Plan | None:
+    """A plan rounded from a relaxation's fractional decisions, at the given prefetch depths: the
+    MILP's LP (``milp.build``) read as shares of each decision.
+
+    Args:
+      edges: (s, e) -> the share of the kept-boundary path that takes segment (s, e).
+      host, nvme: boundary -> the share of it kept on the host / on NVMe (of the whole, not of its kept share).
+      keep, offload: layer -> the share keeping its residuals / keeping them on the host.
+      tail: layer -> the share of it in the resident tail.
+      the rest: as ``heuristic_plan``.
+    Returns:
+      A Plan named ``rounding``, or None where the rounding cannot be made to fit.
+
+    The path is the most likely one (the largest product of its edges' shares, by a dynamic
+    program over the boundaries); each boundary on it goes to the tier with the largest share of
+    it, the off-device ones taken in order of their shares while the host and NVMe hold them;
+    residuals are kept (and on the host) and tail layers resident where their share is above 1/2.
+    That plan is then fitted and its slack spent as the construction does (``_fit_and_fill``:
+    device bytes freed at the least time per byte), and improved by the local search
+    (``_local_search``, ``max_evaluations`` evaluations). Where the LP is integral in most
+    decisions, its fractional ones local, this lands near the LP's value: varied seed 9 at 128
+    layers, 6.0865 s in 0.2 s, 0.64 % above the LP, where the search from scratch gave 6.2061 s.
+    """
+    fm = FastModel(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
+                   residual_offload=residual_offload, weight_prefetch_depth=weight_prefetch_depth,
+                   act_prefetch_depth=act_prefetch_depth)
+    L = fm.L
+    best, prev = [0.0] + [-math.inf] * L, [None] * (L + 1)
+    for e in range(1, L + 1):
+        for s in range(max(0, e - fm.S), e):
+            if (s, e) in edges and best[s] > -math.inf:
+                v = best[s] + math.log(max(float(edges[s, e]), ROUNDING_FLOOR))
+                if v > best[e]:
+                    best[e], prev[e] = v, s
+    if prev[L] is None:
+        return None
+    tiers = ["drop"] * (L + 1)
+    e = L
+    while e is not None:
+        tiers[e] = "device"
+        e = prev[e]
+    kept_share = {i: sum(v for (s, _), v in edges.items() if s == i) for i in range(1, L)}
+    moves = []  # (share, boundary, tier): the boundaries the relaxation keeps mostly off the device
+    for i in range(1, L):
+        if tiers[i] == "drop":
+            continue
+        h = float(host.get(i, 0.0)) if fm.host_ok[i] else 0.0
+        n = float(nvme.get(i, 0.0)) if fm.nvme_ok[i] else 0.0
+        d = kept_share[i] - h - n
+        if n > max(h, d):
+            moves.append((n, i, "nvme"))
+        elif h > d:
+            moves.append((h, i, "host"))
+    moves.sort(key=lambda z: (-z[0], z[1]))
+    hosted = sorted((-float(offload.get(l, 0.0)), l) for l in range(L)
+                    if fm.res_ok[l] and fm.off_ok[l] and float(keep.get(l, 0.0)) > 0.5
+                    and float(offload.get(l, 0.0)) > 0.5)
+    k = min(fm.K, sum(1 for l in range(L - fm.K, L) if float(tail.get(l, 0.0)) > 0.5))
+
+    def fitted(use_nvme):
+        """The rounding with NVMe in use or not (its staging buffers then held in host memory),
+        fitted; (tiers, keep, k) or None."""
+        host_cap = fm.hw.host_memory - (2.0 * fm.a_max if use_nvme else 0.0)
+        ts = tiers[:]
+        host_bytes = nvme_bytes = 0.0
+        for _, i, t in moves:
+            a = fm.A[i]
+            if t == "host" and host_bytes + a <= host_cap:
+                ts[i], host_bytes = t, host_bytes + a
+            elif t == "nvme" and use_nvme and nvme_bytes + a <= fm.hw.nvme_memory:
+                ts[i], nvme_bytes = t, nvme_bytes + a
+        kept = [bool(fm.res_ok[l] and float(keep.get(l, 0.0)) > 0.5) for l in range(L)]
+        for _, l in hosted:
+            if host_bytes + fm.R[l] <= host_cap:
+                kept[l], host_bytes = "host", host_bytes + fm.R[l]
+        found = _fit_and_fill(fm, fm.state(ts, kept, k), host_cap, use_nvme)
+        return found if found is not None and fm.allowed(*found) and fm.fits(*found) else None
+
+    # NVMe as the relaxation uses it; where that does not fit, the other way (a boundary the LP
+    # keeps on the host in part may need NVMe's room to fit, or the host room NVMe's staging takes)
+    lp_nvme = any(t == "nvme" for _, _, t in moves)
+    sol = fitted(lp_nvme)
+    if sol is None and (lp_nvme or (fm.hw.nvme_memory > 0 and any(fm.nvme_ok))):
+        sol = fitted(not lp_nvme)
+    if sol is None:
+        return None
+    sol, _ = _local_search(fm, sol, Budget(max_evaluations))
+    return Plan.create(costs, hardware, name="rounding", **_decisions(*sol),
+                       weight_prefetch_depth=weight_prefetch_depth, act_prefetch_depth=act_prefetch_depth)
+
+
 POLISH_WORK = 48_000   # the whole-window polish's default budget: evaluations x layers (750 at 64 layers)
 
 
@@ -950,7 +1050,6 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False,
     all fit, the ones saving the most backward time per byte, as many as fit).
     """
     L = fm.L
-    budget = fm.hw.device_memory
     host_cap = fm.hw.host_memory - (2.0 * fm.a_max if use_nvme else 0.0)
     keep0 = ["host" if offload and fm.off_ok[l] else fm.res_ok[l] and full_start for l in range(L)]
     if fm.host_residual_bytes(keep0) > host_cap:
@@ -969,7 +1068,18 @@ def _construct(fm, use_nvme: bool, full_start: bool, memory_first: bool = False,
                 keep0[l] = fm.res_ok[l] and full_start
         if not any(kp == "host" for kp in keep0):
             return None
-    st = fm.state(["device"] * (L + 1), keep0, fm.K if full_start else 0)
+    return _fit_and_fill(fm, fm.state(["device"] * (L + 1), keep0, fm.K if full_start else 0), host_cap, use_nvme,
+                         memory_first)
+
+
+def _fit_and_fill(fm, st, host_cap: float, use_nvme: bool, memory_first: bool = False):
+    """``_construct``'s steps 2 and 3 from the state ``st``: device bytes freed at the least time per
+    byte until the plan fits (``memory_first``: the most bytes first), then the slack spent on
+    residuals and the resident tail. (tiers, keep, k), or None where nothing frees enough.
+    ``host_cap``: the host bytes the boundary moves may fill; ``use_nvme``: whether they may go to
+    NVMe."""
+    L = fm.L
+    budget = fm.hw.device_memory
     for _ in range(4 * L + 16):
         peak = fm.peak_of(st)
         if peak <= budget:
