@@ -85,8 +85,11 @@ afterwards, for the pairs whose LP still leaves room below the best plan any of 
 nonzeros, about 22 layers; ``MIP_SOLVER``) branch with HiGHS' branch and cut (scipy's ``milp``)
 instead, and skip the depth pairs' cheap part. Where the union LP (solved by HiGHS, so that its
 solution is at hand) does not prove the union phase's plan, the LP's solution is used first:
-``_rens`` fixes every binary decision the LP takes whole and solves the rest exactly at the depth
-pair the LP leans to (``_leaning``), and the union LP is split on the weight prefetch depth
+it is rounded at the depth pair the LP leans to (``_leaning``) and the rounding fitted and
+improved by the search's local search (``search.round_relaxation``, ``_Solve.round_union``: tenths
+of a second); where neither the union LP nor the first bounds of its depth split (below) prove that
+plan, ``_rens`` fixes every binary decision the LP takes whole and solves the rest exactly at that
+depth pair, and the union LP is split on the weight prefetch depth
 (``_depth_split``: two LPs in parallel, each by dual simplex from the union LP's vertex
 (``_hot_lp``), one bound per half of the depth pairs; a half whose dual simplex reaches its
 iteration cap gives at once the bound its row duals give there (``_dual_bound``), which proves a
@@ -2247,11 +2250,12 @@ class _Solve:
         # found nothing and cost 0.13 s). Near it, the depth pairs' own LPs come first where the
         # union LP takes the activation depth and the residual staging in part (pair_lps: qwen2.5-3b
         # on the H200 at 128 layers, 20 s unproved -> 6.2 s proved; before the searches, 1.9 s less
-        # than after them)
+        # than after them). The union LP's rounding (round_union, tenths of a second) comes before
+        # the searches near it; elsewhere it opens the first neighbourhood
         for phase in ((self.first_neighbourhood, self.tail_split, self.offload_pattern, self.half_neighbourhoods,
                        self.searches)
                       if self.far or neighbourhood_first else
-                      (self.pair_lps, self.searches, self.first_neighbourhood, self.tail_split, self.offload_pattern,
+                      (self.pair_lps, self.round_union, self.searches, self.first_neighbourhood, self.tail_split, self.offload_pattern,
                        self.half_neighbourhoods)):
             if phase == self.searches and neighbourhood_first and not self.far:
                 # the roots on the union LP's halves before these searches, which only look for a
@@ -2611,7 +2615,8 @@ class _Solve:
         self.stats["search_s"] += time.perf_counter() - t
         if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
             self.incumbent = q
-        if not self.union_proves(self.incumbent):
+        value = self.incumbent.predicted_step_time_s
+        if not self.union_proves(self.incumbent) and value - self.union <= ROUNDING_WAIT_GAPS * self.rel_gap * value:
             # the depth split's first bounds only: where they do not prove the plan, the
             # neighbourhood runs beside the rest of the split, as it would without this step
             # (varied seed 17, 128 layers: waiting for the whole split first took 5.4 -> 9.1 s)
@@ -3038,6 +3043,11 @@ NEIGHBOURHOODS_FIRST_GAPS = 1.5
 INTERIOR_RETRY = True  # _Solve.union_interior_retry
 DEPTH_SPLIT_EARLY = 0.05  # start_depth_split: a union LP weight depth indicator this far from 0 and 1
 RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
+# round_union waits for the depth split's first bounds only where its plan is within this many
+# rel_gaps of the union LP. Those bounds proved the rounding's plan (or the start) 1.0-1.83 % above
+# the union LP (varied seeds 7, 14, 16 at 64 layers, 16 at 128, the random row at 64); where they
+# did not, the wait (up to 2.1 s at 128 layers: seed 0, 3.9 % above) held up the neighbourhood
+ROUNDING_WAIT_GAPS = 2.0
 
 
 def _tier_neighbourhood(built: Built, plan: Plan, costs, hardware, time_limit_s: float,

@@ -773,7 +773,8 @@ def test_a_solve_without_a_start_takes_the_union_lps_first_neighbourhood(monkeyp
 @pytest.mark.parametrize("start,proved_early,order", [
     # near the union LP (within NEIGHBOURHOODS_FIRST_GAPS rel_gaps): the depth pairs' own LPs, then
     # the searches
-    (10.1, False, ["pairs", "searches", "first", "tail", "pattern", "halves", "settle"]),
+    # (the union LP's rounding between them)
+    (10.1, False, ["pairs", "round", "searches", "first", "tail", "pattern", "halves", "settle"]),
     (10.1, "pairs", ["pairs"]),
     # between NEIGHBOURHOODS_FIRST_GAPS and UNION_SEARCH_GAPS: the neighbourhoods (the tail split
     # right after the first), then the roots (settle), and the searches only where those leave
@@ -802,6 +803,8 @@ def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch,
                         ("half_neighbourhoods", "halves"), ("searches", "searches")):
         monkeypatch.setattr(run, name, lambda label=label: calls.append(label), raising=False)
     proof = types.SimpleNamespace(name="proved")
+
+    monkeypatch.setattr(run, "round_union", lambda: calls.append("round"), raising=False)
 
     def pair_lps():
         calls.append("pairs")

@@ -103,6 +103,7 @@ def test_shares_past_the_budgets_are_cut_back_to_a_plan_that_fits(host_gb, nvme_
     (10.05, None, 10.0, 10.05),    # the union LP proves the rounding: the split is not waited for
     (10.2, 10.1, 10.1, 10.2),      # the split's first bounds prove it: the union LP raised to them
     (10.2, 10.02, 10.0, 10.2),     # they do not: left for the neighbourhood (the split not joined)
+    (10.25, 10.2, 10.0, 10.25),    # more than ROUNDING_WAIT_GAPS rel_gaps above the union LP: not waited for
     (10.6, None, 10.0, 10.5),      # slower than the incumbent: the incumbent stays
     (None, None, 10.0, 10.5),      # nothing fits
 ])
