@@ -2596,6 +2596,12 @@ class _Solve:
                   if d not in self.rens_done and weight_depth in (None, d[0])), None)
         if d is None:
             return
+        if weight_depth is not None and self.search_evaluations >= 0:
+            # a half's point rounded first (as the union LP's, round_union): where the union LP,
+            # raised by the split, proves that plan, no sub-MIP
+            q = self.round_at(point, d)
+            if self.union_proves(self.incumbent):
+                return d, q
         q = self.rens_at(self.model_at(d), point, tail=True)
         if q is not None and (self.incumbent is None or q.predicted_step_time_s < self.incumbent.predicted_step_time_s):
             self.incumbent = q
@@ -2608,19 +2614,30 @@ class _Solve:
         if self.rounded or not self.neighbourhoods_open() or self.search_evaluations < 0:
             return
         self.rounded = True
-        d = _leaning(self.union_point[0], self.union_built, self.depths, self.tie())[0]
-        t = time.perf_counter()
-        q = _rounding(self.union_built, self.union_point[0], d, self.costs, self.hardware, self.S, self.K,
-                      self.residual_offload, self.search_evaluations)
-        self.stats["search_s"] += time.perf_counter() - t
-        if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
-            self.incumbent = q
+        self.round_at(self.union_point[0], _leaning(self.union_point[0], self.union_built, self.depths, self.tie())[0])
         value = self.incumbent.predicted_step_time_s
         if not self.union_proves(self.incumbent) and value - self.union <= ROUNDING_WAIT_GAPS * self.rel_gap * value:
             # the depth split's first bounds only: where they do not prove the plan, the
             # neighbourhood runs beside the rest of the split, as it would without this step
             # (varied seed 17, 128 layers: waiting for the whole split first took 5.4 -> 9.1 s)
             self.depth_split_proves_early()
+
+    def round_at(self, point, d):
+        """``_rounding`` of ``point`` (the union LP's solution, or one of its halves') at depth pair
+        ``d``, its local search given a quarter of the search's evaluations; where that plan beats
+        the incumbent or lies within ``ROUNDING_WAIT_GAPS`` rel_gaps of the union LP, the rest in
+        ``polish``. The plan or None; the incumbent replaced by a faster plan."""
+        t = time.perf_counter()
+        q = _rounding(self.union_built, point, d, self.costs, self.hardware, self.S, self.K, self.residual_offload,
+                      max(1, self.search_evaluations // 4))
+        self.stats["search_s"] += time.perf_counter() - t
+        if q is not None and (self.incumbent is None or q.predicted_step_time_s < self.incumbent.predicted_step_time_s
+                              or q.predicted_step_time_s - self.union <=
+                              ROUNDING_WAIT_GAPS * self.rel_gap * q.predicted_step_time_s):
+            q = self.polish(q)
+        if q is not None and (self.incumbent is None or q.predicted_step_time_s < self.incumbent.predicted_step_time_s):
+            self.incumbent = q
+        return q
 
     def neighbourhoods_open(self) -> bool:
         """Whether the union LP's neighbourhoods may run now: HiGHS' path with the LP's solution at

@@ -759,7 +759,9 @@ def round_relaxation(costs, hardware, *, edges: dict, host: dict, nvme: dict, ke
     while e is not None:
         tiers[e] = "device"
         e = prev[e]
-    kept_share = {i: sum(v for (s, _), v in edges.items() if s == i) for i in range(1, L)}
+    kept_share = [0.0] * (L + 1)  # the share of each boundary the relaxation keeps: its edges out
+    for (s, _), v in edges.items():
+        kept_share[s] += float(v)
     moves = []  # (share, boundary, tier): the boundaries the relaxation keeps mostly off the device
     for i in range(1, L):
         if tiers[i] == "drop":

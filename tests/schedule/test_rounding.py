@@ -125,12 +125,16 @@ def test_round_union_takes_a_faster_plan_and_waits_only_for_the_splits_first_bou
     monkeypatch.setattr(run, "tie", lambda: None, raising=False)
     monkeypatch.setattr(milp, "_rounding", lambda built, point, d, *a: calls.append(("round", d)) or (
         None if rounded is None else types.SimpleNamespace(predicted_step_time_s=rounded)))
+    monkeypatch.setattr(run, "polish", lambda q, quick=False: calls.append(("polish", q.predicted_step_time_s)) or q,
+                        raising=False)
     split_end = types.SimpleNamespace(result=lambda: calls.append("split end") or (({1: 10.3, 2: 10.3}, {}), 0.0))
     run.depth_split = split_end
     run.depth_early = {dw: types.SimpleNamespace(result=lambda: (lambda cutoff: early if early is not None
                                                                  else -math.inf)) for dw in (1, 2)}
     run.round_union()
     run.round_union()   # once
-    assert calls == [("round", (2, 1))]
+    # the rest of the local search's budget (polish) where the quick rounding beats the incumbent
+    # or lies within ROUNDING_WAIT_GAPS rel_gaps of the union LP
+    assert calls == [("round", (2, 1))] + ([("polish", rounded)] if rounded is not None and rounded < 10.5 else [])
     assert run.incumbent.predicted_step_time_s == incumbent
     assert run.union == expected_union and run.rounded
