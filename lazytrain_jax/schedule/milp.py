@@ -2242,8 +2242,10 @@ class _Solve:
         # first step too when that step is a neighbourhood (random heterogeneous instance, 64
         # layers: the split proves the start; after the first neighbourhood 1.09-1.16 s, beside
         # it 1.00-1.05 s; the varied 128-layer instances take the same time or less)
+        self.round_union()
         self.start_offload_split()
         self.start_depth_split()
+        self.prove_early()
         # the offload pattern (offload_pattern) right after the first neighbourhood where the searches
         # come last, after the searches where they come first (qwen3-32b
         # on the H200 at 64 layers: the search at (1, 2) proves the plan, and the pattern before it
@@ -2251,11 +2253,11 @@ class _Solve:
         # union LP takes the activation depth and the residual staging in part (pair_lps: qwen2.5-3b
         # on the H200 at 128 layers, 20 s unproved -> 6.2 s proved; before the searches, 1.9 s less
         # than after them). The union LP's rounding (round_union, tenths of a second) comes before
-        # the searches near it; elsewhere it opens the first neighbourhood
+        # all of these, and before the splits start
         for phase in ((self.first_neighbourhood, self.tail_split, self.offload_pattern, self.half_neighbourhoods,
                        self.searches)
                       if self.far or neighbourhood_first else
-                      (self.pair_lps, self.round_union, self.searches, self.first_neighbourhood, self.tail_split, self.offload_pattern,
+                      (self.pair_lps, self.searches, self.first_neighbourhood, self.tail_split, self.offload_pattern,
                        self.half_neighbourhoods)):
             if phase == self.searches and neighbourhood_first and not self.far:
                 # the roots on the union LP's halves before these searches, which only look for a
@@ -2596,12 +2598,6 @@ class _Solve:
                   if d not in self.rens_done and weight_depth in (None, d[0])), None)
         if d is None:
             return
-        if weight_depth is not None and self.search_evaluations >= 0:
-            # a half's point rounded first (as the union LP's, round_union): where the union LP,
-            # raised by the split, proves that plan, no sub-MIP
-            q = self.round_at(point, d)
-            if self.union_proves(self.incumbent):
-                return d, q
         q = self.rens_at(self.model_at(d), point, tail=True)
         if q is not None and (self.incumbent is None or q.predicted_step_time_s < self.incumbent.predicted_step_time_s):
             self.incumbent = q
@@ -2609,35 +2605,48 @@ class _Solve:
 
     def round_union(self):
         """Once: the union LP's solution rounded at the depth pair it leans to, fitted and improved
-        by the search's local search (``_rounding``); the incumbent replaced by a faster plan, and
-        the splits started beside this step joined where the union LP does not prove it."""
+        by the search's local search (``_rounding``): first with a quarter of the search's
+        evaluations; where that plan beats the incumbent or lies within ``ROUNDING_WAIT_GAPS``
+        rel_gaps of the union LP, the rest in ``polish``; the incumbent replaced by a faster plan.
+
+        The union phase runs it before it starts the splits (``start_offload_split``,
+        ``start_depth_split``), which are then not started where the union LP proves the plan:
+        alone on the cores it took 0.3-0.5 s at 128 layers (polish included) where beside the
+        splits it took 0.5-0.7 s (varied seeds 5, 17, 38). Only where the quick plan is near the
+        union LP, and the depth split's first bounds may be needed to prove it (``prove_early``),
+        are the splits started before the polish, to run beside it (the random row of
+        ``benchmarks/planner.py`` at 64 layers: 0.19-0.24 s of polish, then 0.19-0.22 s of split,
+        where side by side they take 0.22-0.27 s)."""
         if self.rounded or not self.neighbourhoods_open() or self.search_evaluations < 0:
             return
         self.rounded = True
-        self.round_at(self.union_point[0], _leaning(self.union_point[0], self.union_built, self.depths, self.tie())[0])
-        value = self.incumbent.predicted_step_time_s
-        if not self.union_proves(self.incumbent) and value - self.union <= ROUNDING_WAIT_GAPS * self.rel_gap * value:
-            # the depth split's first bounds only: where they do not prove the plan, the
-            # neighbourhood runs beside the rest of the split, as it would without this step
-            # (varied seed 17, 128 layers: waiting for the whole split first took 5.4 -> 9.1 s)
-            self.depth_split_proves_early()
-
-    def round_at(self, point, d):
-        """``_rounding`` of ``point`` (the union LP's solution, or one of its halves') at depth pair
-        ``d``, its local search given a quarter of the search's evaluations; where that plan beats
-        the incumbent or lies within ``ROUNDING_WAIT_GAPS`` rel_gaps of the union LP, the rest in
-        ``polish``. The plan or None; the incumbent replaced by a faster plan."""
+        point = self.union_point[0]
         t = time.perf_counter()
-        q = _rounding(self.union_built, point, d, self.costs, self.hardware, self.S, self.K, self.residual_offload,
+        q = _rounding(self.union_built, point, _leaning(point, self.union_built, self.depths, self.tie())[0],
+                      self.costs, self.hardware, self.S, self.K, self.residual_offload,
                       max(1, self.search_evaluations // 4))
         self.stats["search_s"] += time.perf_counter() - t
-        if q is not None and (self.incumbent is None or q.predicted_step_time_s < self.incumbent.predicted_step_time_s
-                              or q.predicted_step_time_s - self.union <=
-                              ROUNDING_WAIT_GAPS * self.rel_gap * q.predicted_step_time_s):
+        if q is None:
+            return
+        value = q.predicted_step_time_s
+        near = value - self.union <= ROUNDING_WAIT_GAPS * self.rel_gap * value
+        if near:
+            self.start_offload_split()
+            self.start_depth_split()
+        if near or value < self.incumbent.predicted_step_time_s:
             q = self.polish(q)
-        if q is not None and (self.incumbent is None or q.predicted_step_time_s < self.incumbent.predicted_step_time_s):
+        if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
             self.incumbent = q
-        return q
+
+    def prove_early(self):
+        """Where the union LP does not prove the incumbent but it lies within ``ROUNDING_WAIT_GAPS``
+        rel_gaps of it: the depth split's first bounds (``depth_split_proves_early``, waited for).
+        Not its end: where they do not prove the plan, the first neighbourhood runs beside the rest
+        of the split, as it would without this step (varied seed 17, 128 layers: waiting for the
+        whole split took the solve 5.4 -> 9.1 s)."""
+        value = self.incumbent.predicted_step_time_s
+        if not self.union_proves(self.incumbent) and value - self.union <= ROUNDING_WAIT_GAPS * self.rel_gap * value:
+            self.depth_split_proves_early()
 
     def neighbourhoods_open(self) -> bool:
         """Whether the union LP's neighbourhoods may run now: HiGHS' path with the LP's solution at
@@ -2646,9 +2655,7 @@ class _Solve:
             not self.expired()
 
     def first_neighbourhood(self):
-        """``rens_at`` the depth pair the union LP's solution leans to (once), after the LP's
-        rounding (``round_union``) where that does not prove its plan."""
-        self.round_union()
+        """``rens_at`` the depth pair the union LP's solution leans to (once)."""
         if not self.neighbourhoods_open() or self.rens_done:
             return
         self.rens_in_union_phase(self.union_point[0])

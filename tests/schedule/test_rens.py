@@ -610,7 +610,6 @@ def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
     run = milp._Solve.__new__(milp._Solve)
     run.rens_done, run.prebuilt, run.union_built, run.depths = set(), {}, None, milp.MILP_DEPTHS
     run.depth_bounds = {}
-    run.search_evaluations = -1   # no rounding of the halves' points (next test)
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.0)
     tried = []
 
@@ -631,35 +630,6 @@ def test_a_halfs_point_goes_to_its_next_untried_pair(monkeypatch):
     run.rens_in_union_phase("half point", 1)
     run.rens_in_union_phase("half point", 2)
     assert tried == [(2, 2), (2, 1), (1, 2), (1, 1)]    # every pair once, then nothing more
-
-
-@pytest.mark.parametrize("rounded,neighbourhood", [(10.05, False), (10.3, True), (None, True)])
-def test_a_halfs_point_is_rounded_before_its_neighbourhood(monkeypatch, rounded, neighbourhood):
-    """rens_in_union_phase rounds a half's point at the pair it goes to (``round_at``) before that
-    pair's sub-MIP, which runs only where the union LP (as raised) does not prove the incumbent
-    then; the union LP's own point is rounded by ``round_union`` instead."""
-    run = milp._Solve.__new__(milp._Solve)
-    run.rens_done, run.prebuilt, run.union_built, run.depths = set(), {}, None, milp.MILP_DEPTHS
-    run.depth_bounds, run.search_evaluations, run.rel_gap, run.cutoff, run.union = {}, 100, 1e-2, None, 10.0
-    run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.5)
-    calls = []
-
-    def round_at(point, d):
-        calls.append(("round", point, d))
-        if rounded is not None and rounded < run.incumbent.predicted_step_time_s:
-            run.incumbent = types.SimpleNamespace(predicted_step_time_s=rounded)
-        return None if rounded is None else types.SimpleNamespace(predicted_step_time_s=rounded)
-    monkeypatch.setattr(run, "round_at", round_at, raising=False)
-    monkeypatch.setattr(run, "build_at", lambda dw, da: (dw, da), raising=False)
-    monkeypatch.setattr(run, "rens_at", lambda built, point, tail=False: calls.append(("rens", point, built)),
-                        raising=False)
-    monkeypatch.setattr(milp, "_leaning", lambda point, built, depths, tie=None: [(2, 1), (1, 1), (2, 2), (1, 2)])
-    run.rens_in_union_phase("union point")
-    assert calls == [("rens", "union point", (2, 1))]
-    run.rens_done.add((2, 1))
-    run.rens_in_union_phase("half point", 1)
-    assert calls[1] == ("round", "half point", (1, 1))
-    assert calls[2:] == ([("rens", "half point", (1, 1))] if neighbourhood else [])
 
 
 def test_searches_skip_the_pairs_of_a_settled_half(monkeypatch):
@@ -801,19 +771,20 @@ def test_a_solve_without_a_start_takes_the_union_lps_first_neighbourhood(monkeyp
 
 
 @pytest.mark.parametrize("start,proved_early,order", [
+    # first, in every order: the union LP's rounding, then the splits started, then their first
+    # bounds where the rounding's plan is near the union LP ("early")
     # near the union LP (within NEIGHBOURHOODS_FIRST_GAPS rel_gaps): the depth pairs' own LPs, then
     # the searches
-    # (the union LP's rounding between them)
-    (10.1, False, ["pairs", "round", "searches", "first", "tail", "pattern", "halves", "settle"]),
-    (10.1, "pairs", ["pairs"]),
+    (10.1, False, ["round", "early", "pairs", "searches", "first", "tail", "pattern", "halves", "settle"]),
+    (10.1, "pairs", ["round", "early", "pairs"]),
     # between NEIGHBOURHOODS_FIRST_GAPS and UNION_SEARCH_GAPS: the neighbourhoods (the tail split
     # right after the first), then the roots (settle), and the searches only where those leave
     # the plan unproved
-    (10.2, False, ["first", "tail", "pattern", "halves", "settle", "searches", "settle"]),
-    (10.2, True, ["first", "tail", "pattern", "halves", "settle"]),
-    (10.2, "tail", ["first", "tail"]),
+    (10.2, False, ["round", "early", "first", "tail", "pattern", "halves", "settle", "searches", "settle"]),
+    (10.2, True, ["round", "early", "first", "tail", "pattern", "halves", "settle"]),
+    (10.2, "tail", ["round", "early", "first", "tail"]),
     # far from it: the same, the searches (which skip the other depth pairs there) before the roots
-    (10.5, False, ["first", "tail", "pattern", "halves", "searches", "settle"]),
+    (10.5, False, ["round", "early", "first", "tail", "pattern", "halves", "searches", "settle"]),
 ])
 def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch, start, proved_early, order):
     """The union phase's steps in the order the start's distance from the union LP (10.0 s, rel_gap
@@ -835,6 +806,7 @@ def test_union_phase_order_by_the_starts_distance_from_the_union_lp(monkeypatch,
     proof = types.SimpleNamespace(name="proved")
 
     monkeypatch.setattr(run, "round_union", lambda: calls.append("round"), raising=False)
+    monkeypatch.setattr(run, "prove_early", lambda: calls.append("early"), raising=False)
 
     def pair_lps():
         calls.append("pairs")

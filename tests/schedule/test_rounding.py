@@ -107,11 +107,11 @@ def test_shares_past_the_budgets_are_cut_back_to_a_plan_that_fits(host_gb, nvme_
     (10.6, None, 10.0, 10.5),      # slower than the incumbent: the incumbent stays
     (None, None, 10.0, 10.5),      # nothing fits
 ])
-def test_round_union_takes_a_faster_plan_and_waits_only_for_the_splits_first_bounds(
+def test_round_union_takes_a_faster_plan_and_prove_early_waits_only_for_the_splits_first_bounds(
         monkeypatch, rounded, early, expected_union, incumbent):
     """``_Solve.round_union``: the rounding at the pair the union LP leans to replaces a slower
-    incumbent; where the union LP does not prove it, only the depth split's first bounds are waited
-    for (``depth_split_proves_early``), not the split's end; once per solve."""
+    incumbent (once per solve); then ``prove_early``: where the union LP does not prove it, only the
+    depth split's first bounds are waited for (``depth_split_proves_early``), not the split's end."""
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.union, run.deadline, run.cutoff = 1e-2, 10.0, math.inf, None
     run.direct, run.union_point, run.union_built, run.depths = True, ["point"], None, milp.MILP_DEPTHS
@@ -127,14 +127,20 @@ def test_round_union_takes_a_faster_plan_and_waits_only_for_the_splits_first_bou
         None if rounded is None else types.SimpleNamespace(predicted_step_time_s=rounded)))
     monkeypatch.setattr(run, "polish", lambda q, quick=False: calls.append(("polish", q.predicted_step_time_s)) or q,
                         raising=False)
+    for name in ("start_offload_split", "start_depth_split"):
+        monkeypatch.setattr(run, name, lambda name=name: calls.append(name), raising=False)
     split_end = types.SimpleNamespace(result=lambda: calls.append("split end") or (({1: 10.3, 2: 10.3}, {}), 0.0))
     run.depth_split = split_end
     run.depth_early = {dw: types.SimpleNamespace(result=lambda: (lambda cutoff: early if early is not None
                                                                  else -math.inf)) for dw in (1, 2)}
     run.round_union()
     run.round_union()   # once
+    run.prove_early()
     # the rest of the local search's budget (polish) where the quick rounding beats the incumbent
-    # or lies within ROUNDING_WAIT_GAPS rel_gaps of the union LP
-    assert calls == [("round", (2, 1))] + ([("polish", rounded)] if rounded is not None and rounded < 10.5 else [])
+    # or lies within ROUNDING_WAIT_GAPS rel_gaps of the union LP; there the splits started first,
+    # to run beside the polish
+    near = rounded is not None and rounded - 10.0 <= milp.ROUNDING_WAIT_GAPS * 1e-2 * rounded
+    assert calls == [("round", (2, 1))] + (["start_offload_split", "start_depth_split"] if near else []) + \
+        ([("polish", rounded)] if rounded is not None and rounded < 10.5 else [])
     assert run.incumbent.predicted_step_time_s == incumbent
     assert run.union == expected_union and run.rounded
