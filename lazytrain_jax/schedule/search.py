@@ -23,6 +23,9 @@ optimizer's progress) is back on the old track (``FastModel._replay``):
    gives the same plan whatever the machine load).
 
 The result is handed to CBC as ``model.start``; CBC then only has to close the (small) gap.
+``round_relaxation`` starts instead from the MILP's LP solution, rounded (the most likely path,
+each decision by its share), and runs steps 2-4 from there: the solve's plan where the LP proves it
+(``milp._Solve.round_union``).
 """
 
 from __future__ import annotations
@@ -739,8 +742,9 @@ def round_relaxation(costs, hardware, *, edges: dict, host: dict, nvme: dict, ke
     device bytes freed at the least time per byte), and improved by the local search
     (``_local_search``, ``max_evaluations`` evaluations). Where the LP is integral in most
     decisions, its fractional ones local, this lands near the LP's value: varied seed 9 at 128
-    layers, 6.0865 s in 0.2 s, 0.64 % above the LP, where the search from scratch gave 6.2061 s.
-    """
+    layers (``benchmarks/planner_probes.py``), 6.0860 s in 0.2-0.3 s, 0.64 % above the union LP,
+    where the search from scratch gave 6.2061 s and HiGHS' sub-MIP on the LP's fractional part
+    (``milp._rens``) 6.0774 s in 4.5 s."""
     fm = FastModel(costs, hardware, max_segment_length=max_segment_length, max_resident_tail=max_resident_tail,
                    residual_offload=residual_offload, weight_prefetch_depth=weight_prefetch_depth,
                    act_prefetch_depth=act_prefetch_depth)
