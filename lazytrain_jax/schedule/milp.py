@@ -2607,12 +2607,13 @@ class _Solve:
         """Once: the union LP's solution rounded at the depth pair it leans to, fitted and improved
         by the search's local search (``_rounding``): first with a quarter of the search's
         evaluations; where that plan beats the incumbent or lies within ``ROUNDING_WAIT_GAPS``
-        rel_gaps of the union LP, the rest in ``polish``; the incumbent replaced by a faster plan.
+        rel_gaps of the union LP, on from there in ``polish`` (the search's full budget); the
+        incumbent replaced by a faster plan.
 
         The union phase runs it before it starts the splits (``start_offload_split``,
         ``start_depth_split``), which are then not started where the union LP proves the plan:
         alone on the cores it took 0.3-0.5 s at 128 layers (polish included) where beside the
-        splits it took 0.5-0.7 s (varied seeds 5, 17, 38). Only where the quick plan is near the
+        splits it took 0.6-0.7 s (varied seeds 5, 17, 38). Only where the quick plan is near the
         union LP, and the depth split's first bounds may be needed to prove it (``prove_early``),
         are the splits started before the polish, to run beside it (the random row of
         ``benchmarks/planner.py`` at 64 layers: 0.19-0.24 s of polish, then 0.19-0.22 s of split,
@@ -3067,8 +3068,9 @@ NEIGHBOURHOODS_FIRST_GAPS = 1.5
 INTERIOR_RETRY = True  # _Solve.union_interior_retry
 DEPTH_SPLIT_EARLY = 0.05  # start_depth_split: a union LP weight depth indicator this far from 0 and 1
 RESIDUAL_PROBES = 6  # residuals _residual_neighbourhood tries to add, at most
-# round_union waits for the depth split's first bounds only where its plan is within this many
-# rel_gaps of the union LP. Those bounds proved the rounding's plan (or the start) 1.0-1.83 % above
+# prove_early waits for the depth split's first bounds only where the incumbent is within this many
+# rel_gaps of the union LP (round_union polishes its plan further and starts the splits beside that
+# polish within the same reach). Those bounds proved the rounding's plan (or the start) 1.0-1.83 % above
 # the union LP (varied seeds 7, 14, 16 at 64 layers, 16 at 128, the random row at 64); where they
 # did not, the wait (up to 2.1 s at 128 layers: seed 0, 3.9 % above) held up the neighbourhood
 ROUNDING_WAIT_GAPS = 2.0
