@@ -34,15 +34,20 @@ def _fits_in_the_space(plan, costs, hw):
     return plan.fits() and fm.allowed(*sol) and fm.fits(*sol)
 
 
-@pytest.mark.parametrize("seed,depths", [(3, (1, 1)), (5, (2, 1)), (8, (1, 2)), (11, (2, 2))])
-def test_a_plans_own_decisions_round_to_that_plan(seed, depths):
+@pytest.mark.parametrize("seed,depths,room", [
+    (3, (1, 1), 1.5), (5, (2, 1), 1.5), (8, (1, 2), 1.5), (11, (2, 2), 1.5),   # host and NVMe tiers, residuals kept
+    (1, (1, 1), 2.5),   # a dropped boundary, a residual on the host, a resident tail of 7
+])
+def test_a_plans_own_decisions_round_to_that_plan(seed, depths, room):
     """Integral shares (a plan's own decisions) round to that plan, decision for decision, when the
     local search is given nothing to spend: the most likely path is the plan's, each boundary's tier
     and residual decision is the one its share says, and a plan that fits needs no freeing."""
     costs, hw = _random_instance(12, seed)
-    hw = hw.replace(device_memory=1.5 * hw.device_memory)   # room for the deeper prefetch buffers
+    hw = hw.replace(device_memory=room * hw.device_memory)   # (1.5: room for the deeper prefetch buffers)
     plan = search.heuristic_plan(costs, hw, weight_prefetch_depth=depths[0], act_prefetch_depth=depths[1])
     assert plan is not None
+    if room == 2.5:
+        assert "drop" in plan.boundary_tiers and any(memory.offloaded_residuals(plan)) and plan.resident_tail == 7
     union = milp.build(costs, hw, union=True)
     q = search.round_relaxation(costs, hw, **_shares_of(plan, union), weight_prefetch_depth=depths[0],
                                 act_prefetch_depth=depths[1], max_evaluations=0)
