@@ -2629,12 +2629,11 @@ class _Solve:
         self.stats["search_s"] += time.perf_counter() - t
         if q is None:
             return
-        value = q.predicted_step_time_s
-        near = value - self.union <= ROUNDING_WAIT_GAPS * self.rel_gap * value
+        near = self.near_union(q)
         if near:
             self.start_offload_split()
             self.start_depth_split()
-        if near or value < self.incumbent.predicted_step_time_s:
+        if near or q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
             q = self.polish(q)
         if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
             self.incumbent = q
@@ -2645,9 +2644,14 @@ class _Solve:
         Not its end: where they do not prove the plan, the first neighbourhood runs beside the rest
         of the split, as it would without this step (varied seed 17, 128 layers: waiting for the
         whole split took the solve 5.4 -> 9.1 s)."""
-        value = self.incumbent.predicted_step_time_s
-        if not self.union_proves(self.incumbent) and value - self.union <= ROUNDING_WAIT_GAPS * self.rel_gap * value:
+        if not self.union_proves(self.incumbent) and self.near_union(self.incumbent):
             self.depth_split_proves_early()
+
+    def near_union(self, plan) -> bool:
+        """Whether ``plan`` lies within ``ROUNDING_WAIT_GAPS`` rel_gaps of the union LP (as raised so
+        far): where the depth split's first bounds may prove it (``round_union``, ``prove_early``)."""
+        value = plan.predicted_step_time_s
+        return value - self.union <= ROUNDING_WAIT_GAPS * self.rel_gap * value
 
     def neighbourhoods_open(self) -> bool:
         """Whether the union LP's neighbourhoods may run now: HiGHS' path with the LP's solution at

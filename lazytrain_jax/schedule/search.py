@@ -778,9 +778,9 @@ def round_relaxation(costs, hardware, *, edges: dict, host: dict, nvme: dict, ke
         elif h > d:
             moves.append((h, i, "host"))
     moves.sort(key=lambda z: (-z[0], z[1]))
+    kept0 = [bool(fm.res_ok[l] and float(keep.get(l, 0.0)) > 0.5) for l in range(L)]
     hosted = sorted((-float(offload.get(l, 0.0)), l) for l in range(L)
-                    if fm.res_ok[l] and fm.off_ok[l] and float(keep.get(l, 0.0)) > 0.5
-                    and float(offload.get(l, 0.0)) > 0.5)
+                    if kept0[l] and fm.off_ok[l] and float(offload.get(l, 0.0)) > 0.5)
     k = min(fm.K, sum(1 for l in range(L - fm.K, L) if float(tail.get(l, 0.0)) > 0.5))
 
     def fitted(use_nvme):
@@ -795,7 +795,7 @@ def round_relaxation(costs, hardware, *, edges: dict, host: dict, nvme: dict, ke
                 ts[i], host_bytes = t, host_bytes + a
             elif t == "nvme" and use_nvme and nvme_bytes + a <= fm.hw.nvme_memory:
                 ts[i], nvme_bytes = t, nvme_bytes + a
-        kept = [bool(fm.res_ok[l] and float(keep.get(l, 0.0)) > 0.5) for l in range(L)]
+        kept = kept0[:]
         for _, l in hosted:
             if host_bytes + fm.R[l] <= host_cap:
                 kept[l], host_bytes = "host", host_bytes + fm.R[l]
