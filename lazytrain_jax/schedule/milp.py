@@ -1310,7 +1310,8 @@ def _hot_lp(problem, basis, point: list | None, hot: list | None = None, early=N
             rows = _highs_rows(problem)
             limit = max(1, int(HOT_ITERATIONS * sum(r[0].shape[0] for r in rows)))
             h = _highs_model(cost, rows, args["bounds"][:, 0], args["bounds"][:, 1], None,
-                             dict(presolve="off", solver="simplex", simplex_iteration_limit=limit))
+                             dict(presolve="off", solver="simplex", simplex_iteration_limit=limit,
+                                  simplex_dual_edge_weight_strategy=HOT_EDGE_WEIGHTS))
             if h.setBasis(basis) != hc.HighsStatus.kError:
                 if not _run(h):
                     return None
@@ -1425,9 +1426,20 @@ DUAL_ZERO = 1e-12  # a reduced cost this small against the terms it sums is thei
 # _hot_lp's iteration cap per row of the model. The halves of the union LP from its basis took
 # 0-1,300 iterations on the planner.py rows at 64-128 layers (0.01-0.7 s, where the interior point
 # from scratch took 0.15-1.3 s a half) but 4,000-20,000 on the hardest varied 128-layer instances
-# (1.4-6.6 s against 0.7-2.2 s): at 0.1 a row (about 600-1,700 iterations) the latter fall back
-# early
-HOT_ITERATIONS = 0.1
+# (1.4-6.6 s against 0.7-2.2 s): at 0.2 a row (about 1,700-2,700 iterations at 64-128 layers, by
+# Devex about half a second at 128) the latter fall back early. Varied seeds 11 and 21 at 128
+# layers need 2,500-2,900 Devex iterations a half: at 0.1 a row they fell back to the interior
+# point (1.1-1.7 s more)
+HOT_ITERATIONS = 0.2
+# HiGHS' dual simplex edge weights in the LPs started from another LP's basis (_hot_lp,
+# _tail_split): 1, Devex. HiGHS' default (dual steepest edge) first computes every basic row's
+# weight, one backward solve per row, from an advanced basis: 0.06 s at 64 layers and 0.2-0.5 s
+# at 128 before the first iteration, and each iteration costs it about twice Devex's. The random
+# row at 64 layers: its depth-2 half 0.079 -> 0.019 s (82 -> 135 iterations), its depth-1 half
+# 0.099 -> 0.065 s; varied seed 11 at 128 layers 1.19 and 1.71 s -> 0.58 and 0.50 s a half (2,662
+# and 3,017 -> 2,499 and 2,577 iterations). The same optima (``benchmarks/RESULTS.md``, "Devex in
+# the LPs from a basis")
+HOT_EDGE_WEIGHTS = 1
 
 # ``_Solve.rens_from_interior``: whether ``_rens`` from a half of the union LP whose vertex gave a
 # plan more than HALF_RETRY_GAPS rel_gaps above the half's bound (or none) runs again from the
@@ -1504,7 +1516,8 @@ def _tail_split(union_built: Built, arrays, basis, weight_prefetch_depth: int, b
     rows = _highs_rows(problem)
     limit = max(1, int(TAIL_ITERATIONS * sum(r[0].shape[0] for r in rows)))
     target = bar + TAIL_SPLIT_MARGIN * abs(bar)
-    options = dict(presolve="off", solver="simplex", simplex_iteration_limit=limit, objective_bound=target - const)
+    options = dict(presolve="off", solver="simplex", simplex_iteration_limit=limit, objective_bound=target - const,
+                   simplex_dual_edge_weight_strategy=HOT_EDGE_WEIGHTS)
     if math.isfinite(time_limit_s):
         options["time_limit"] = float(time_limit_s)
     h = _highs_model(cost, rows, args["bounds"][:, 0], args["bounds"][:, 1], None, options)
@@ -2614,10 +2627,12 @@ class _Solve:
         ``start_depth_split``), which are then not started where the union LP proves the plan:
         alone on the cores it took 0.3-0.5 s at 128 layers (polish included) where beside the
         splits it took 0.6-0.7 s (varied seeds 5, 17, 38). Only where the quick plan is near the
-        union LP, and the depth split's first bounds may be needed to prove it (``prove_early``),
-        are the splits started before the polish, to run beside it (the random row of
-        ``benchmarks/planner.py`` at 64 layers: 0.19-0.24 s of polish, then 0.19-0.22 s of split,
-        where side by side they take 0.22-0.27 s)."""
+        union LP but not proved by it, and the depth split's first bounds may be needed to prove
+        it (``prove_early``), are the splits started before the polish, to run beside it (the
+        random row of ``benchmarks/planner.py`` at 64 layers: 0.19-0.24 s of polish, then
+        0.19-0.22 s of split, where side by side they take 0.22-0.27 s). Where the union LP proves
+        the quick plan, nothing the splits say is used, and beside the polish they took its cores
+        (varied seed 2 at 128 layers: a polish of 0.31-0.35 s beside them, 0.15 s alone)."""
         if self.rounded or not self.neighbourhoods_open() or self.search_evaluations < 0:
             return
         self.rounded = True
@@ -2630,7 +2645,7 @@ class _Solve:
         if q is None:
             return
         near = self.near_union(q)
-        if near:
+        if near and not self.union_proves(q):
             self.start_offload_split()
             self.start_depth_split()
         if near or q.predicted_step_time_s < self.incumbent.predicted_step_time_s:

@@ -105,7 +105,7 @@ def test_shares_past_the_budgets_are_cut_back_to_a_plan_that_fits(host_gb, nvme_
 
 
 @pytest.mark.parametrize("rounded,early,expected_union,incumbent", [
-    (10.05, None, 10.0, 10.05),    # the union LP proves the rounding: the split is not waited for
+    (10.05, None, 10.0, 10.05),    # the union LP proves the rounding: the splits neither started nor waited for
     (10.2, 10.1, 10.1, 10.2),      # the split's first bounds prove it: the union LP raised to them
     (10.2, 10.02, 10.0, 10.2),     # they do not: left for the neighbourhood (the split not joined)
     (10.25, 10.2, 10.0, 10.25),    # more than ROUNDING_WAIT_GAPS rel_gaps above the union LP: not waited for
@@ -143,9 +143,11 @@ def test_round_union_takes_a_faster_plan_and_prove_early_waits_only_for_the_spli
     run.prove_early()
     # the rest of the local search's budget (polish) where the quick rounding beats the incumbent
     # or lies within ROUNDING_WAIT_GAPS rel_gaps of the union LP; there the splits started first,
-    # to run beside the polish
+    # to run beside the polish, unless the union LP proves the rounding already
     near = rounded is not None and rounded - 10.0 <= milp.ROUNDING_WAIT_GAPS * 1e-2 * rounded
-    assert calls == [("round", (2, 1))] + (["start_offload_split", "start_depth_split"] if near else []) + \
+    proved = rounded is not None and rounded - 10.0 <= 1e-2 * rounded
+    assert calls == [("round", (2, 1))] + (["start_offload_split", "start_depth_split"] if near and not proved
+                                           else []) + \
         ([("polish", rounded)] if rounded is not None and rounded < 10.5 else [])
     assert run.incumbent.predicted_step_time_s == incumbent
     assert run.union == expected_union and run.rounded
