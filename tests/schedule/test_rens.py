@@ -147,6 +147,29 @@ def test_depth_split_bounds_each_weight_depth_and_raises_the_union_lp(monkeypatc
             assert points[dw][union.depth_indicators[0].idx] == pytest.approx(dw - 1, abs=1e-9)
 
 
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], "random"])
+def test_hot_halves_reach_the_same_optima_by_devex_and_by_steepest_edge(monkeypatch, case):
+    """``HOT_EDGE_WEIGHTS`` only chooses the dual simplex's pricing: from the union LP's basis each
+    half of the depth split ends at the same optimum by Devex (1) as by HiGHS' default, dual
+    steepest edge (-1), both at a vertex reached from that basis."""
+    costs, hw, kw = _split_case(case)
+    union, arrays, _, _ = _union_solution(costs, hw, **kw)
+    basis = []
+    milp._highs_solve(arrays, [], basis)
+    found = {}
+    for weights in (1, -1):
+        monkeypatch.setattr(milp, "HOT_EDGE_WEIGHTS", weights)
+        ends = {}
+        bounds, _ = milp._depth_split(union, arrays, basis, ends)
+        found[weights] = bounds
+        assert set(ends) == {dw for dw in (1, 2) if math.isfinite(bounds[dw])}   # neither fell back
+    for dw in (1, 2):
+        if math.isfinite(found[-1][dw]):
+            assert found[1][dw] == pytest.approx(found[-1][dw], rel=1e-9, abs=1e-12)
+        else:
+            assert found[1][dw] == found[-1][dw]
+
+
 def _random_lp(rng, rows=12, cols=10):
     """A bounded, feasible random LP as ``_highs_arrays`` writes one: covering rows (A x ≥ b, A ≥ 0)
     over nonnegative costs, every other column's ceiling infinite; costless columns with an
