@@ -1287,13 +1287,14 @@ def _parallel_lps(problems: list, points=None, bases=None, hot=None, early=None)
 
 
 def _hot_lp(problem, basis, point: list | None, hot: list | None = None, early=None):
-    """The LP of ``problem`` (prepared arrays) by dual simplex from ``basis`` (HiGHS' basis of a
-    model with the same rows and columns and other bounds: the union LP's, for one of its halves),
-    at most ``HOT_ITERATIONS`` iterations per row; where that does not end optimal or infeasible
-    (or ``basis`` is None), ``_highs_solve`` from scratch. The value is the exact vertex optimum;
-    ``point`` as in ``_highs_solve`` (that vertex, or the interior point from scratch); ``hot``: if
-    a list, HiGHS' basis at the vertex is appended where the solution is that vertex. Whether the
-    fallback runs depends on the iteration count alone, not on the machine's load.
+    """The LP of ``problem`` (prepared arrays) by dual simplex (priced by ``HOT_EDGE_WEIGHTS``)
+    from ``basis`` (HiGHS' basis of a model with the same rows and columns and other bounds: the
+    union LP's, for one of its halves), at most ``HOT_ITERATIONS`` iterations per row; where that
+    does not end optimal or infeasible (or ``basis`` is None), ``_highs_solve`` from scratch. The
+    value is the exact vertex optimum; ``point`` as in ``_highs_solve`` (that vertex, or the
+    interior point from scratch); ``hot``: if a list, HiGHS' basis at the vertex is appended where
+    the solution is that vertex. Whether the fallback runs depends on the iteration count alone,
+    not on the machine's load.
 
     ``early``: if a future, it is told a bound on the LP as soon as one is known, as a function of
     a cutoff (``_dual_bound``'s): where the iteration cap ends the dual simplex, the bound its row
@@ -1497,8 +1498,9 @@ def _tail_split(union_built: Built, arrays, basis, weight_prefetch_depth: int, b
     at that depth (``_half_problem``) split on the resident tail: every plan keeps some number k of
     the last layers resident, so the least over k of the half's LP with the resident-tail
     indicators fixed at k (the last k at 1, the rest at 0) bounds the half. Each LP runs by dual
-    simplex from ``basis`` (the half's vertex, or the union LP's; then from a neighbouring k's),
-    stopped as soon as its bound passes ``bar`` (HiGHS' ``objective_bound``), from the count
+    simplex (priced by ``HOT_EDGE_WEIGHTS``) from ``basis`` (the half's vertex, or the union LP's;
+    then from a neighbouring k's), stopped as soon as its bound passes ``bar`` (HiGHS'
+    ``objective_bound``), from the count
     nearest the share ``point`` keeps resident; the first count whose LP ends below ``bar`` (or in
     more than ``TAIL_ITERATIONS`` iterations a row) ends the split: False.
 
