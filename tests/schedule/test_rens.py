@@ -272,8 +272,37 @@ def test_join_depth_split_proves_from_the_halves_first_bounds(firsts, plan, wait
     run.join_depth_split(None if plan is None else types.SimpleNamespace(predicted_step_time_s=plan))
     assert calls == (["end"] if waited else [])
     assert run.union == pytest.approx(union)
-    assert asked == [plan or 10.2] * 2   # each asked with the best plan's value as its cutoff
+    assert set(asked) == {plan or 10.2}   # each asked with the best plan's value as its cutoff
+    if waited:   # one does not prove: the other may not be asked (taken in the order they end)
+        assert 1 <= len(asked) <= 2
+    else:
+        assert len(asked) == 2
     assert bool(run.depth_bounds) == waited
+
+
+@pytest.mark.parametrize("ended_bound,proves", [(10.05, False), (10.12, None)])
+def test_depth_split_proves_early_stops_at_the_first_half_that_does_not_prove(ended_bound, proves):
+    """``_Solve.depth_split_proves_early`` takes the halves' first bounds in the order they end:
+    one half's bound below what the plan needs ends the wait (False) while the other half still
+    runs; one that proves leaves the wait on the other."""
+    import threading
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.union, run.cutoff, run.weights, run.depth_bounds = 1e-2, 10.0, None, [1, 2], {}
+    run.depth_split = types.SimpleNamespace()
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.2)   # needs a bound of 10.098 s
+    run.depth_early = {1: milp.concurrent.futures.Future(), 2: milp.concurrent.futures.Future()}
+    run.depth_early[2].set_result(lambda cutoff=math.inf: ended_bound)   # the depth-1 half still runs
+    answer = []
+    waiting = threading.Thread(target=lambda: answer.append(run.depth_split_proves_early()), daemon=True)
+    waiting.start()
+    waiting.join(5.0)
+    if proves is False:
+        assert answer == [False] and run.union == 10.0
+    else:   # waits for the other half
+        assert waiting.is_alive() and answer == []
+        run.depth_early[1].set_result(lambda cutoff=math.inf: 10.15)
+        waiting.join(5.0)
+        assert answer == [True] and run.union == pytest.approx(10.12)
 
 
 def _least_over_tail_counts(union, half):

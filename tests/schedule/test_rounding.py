@@ -136,8 +136,9 @@ def test_round_union_takes_a_faster_plan_and_prove_early_waits_only_for_the_spli
         monkeypatch.setattr(run, name, lambda name=name: calls.append(name), raising=False)
     split_end = types.SimpleNamespace(result=lambda: calls.append("split end") or (({1: 10.3, 2: 10.3}, {}), 0.0))
     run.depth_split = split_end
-    run.depth_early = {dw: types.SimpleNamespace(result=lambda: (lambda cutoff: early if early is not None
-                                                                 else -math.inf)) for dw in (1, 2)}
+    run.depth_early = {dw: milp.concurrent.futures.Future() for dw in (1, 2)}
+    for future in run.depth_early.values():
+        future.set_result(lambda cutoff: early if early is not None else -math.inf)
     run.round_union()
     run.round_union()   # once
     run.prove_early()
