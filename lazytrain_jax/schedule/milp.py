@@ -1428,7 +1428,7 @@ DUAL_ZERO = 1e-12  # a reduced cost this small against the terms it sums is thei
 # 0-1,300 iterations on the planner.py rows at 64-128 layers (0.01-0.7 s, where the interior point
 # from scratch took 0.15-1.3 s a half) but 4,000-20,000 on the hardest varied 128-layer instances
 # (1.4-6.6 s against 0.7-2.2 s): at 0.2 a row (about 1,700-2,700 iterations at 64-128 layers, by
-# Devex about half a second at 128) the latter fall back early. Varied seeds 11 and 21 at 128
+# Devex 0.6-1.7 s at 128) the latter fall back early. Varied seeds 11 and 21 at 128
 # layers need 2,500-2,900 Devex iterations a half: at 0.1 a row they fell back to the interior
 # point (1.1-1.7 s more)
 HOT_ITERATIONS = 0.2
@@ -1500,9 +1500,9 @@ def _tail_split(union_built: Built, arrays, basis, weight_prefetch_depth: int, b
     indicators fixed at k (the last k at 1, the rest at 0) bounds the half. Each LP runs by dual
     simplex (priced by ``HOT_EDGE_WEIGHTS``) from ``basis`` (the half's vertex, or the union LP's;
     then from a neighbouring k's), stopped as soon as its bound passes ``bar`` (HiGHS'
-    ``objective_bound``), from the count
-    nearest the share ``point`` keeps resident; the first count whose LP ends below ``bar`` (or in
-    more than ``TAIL_ITERATIONS`` iterations a row) ends the split: False.
+    ``objective_bound``), from the count nearest the share ``point`` keeps resident; the first
+    count whose LP ends below ``bar`` (or in more than ``TAIL_ITERATIONS`` iterations a row) ends
+    the split: False.
 
     Why: the LP keeps tail layers resident in part, and a layer resident in part counts for less
     memory and for less upload time where both bind at once (varied seed 35, 128 layers, depths
