@@ -280,8 +280,8 @@ def test_join_depth_split_proves_from_the_halves_first_bounds(firsts, plan, wait
     assert bool(run.depth_bounds) == waited
 
 
-@pytest.mark.parametrize("ended_bound,proves", [(10.05, False), (10.12, None)])
-def test_depth_split_proves_early_stops_at_the_first_half_that_does_not_prove(ended_bound, proves):
+@pytest.mark.parametrize("ended_bound,waits", [(10.05, False), (10.12, True)])
+def test_depth_split_proves_early_stops_at_the_first_half_that_does_not_prove(ended_bound, waits):
     """``_Solve.depth_split_proves_early`` takes the halves' first bounds in the order they end:
     one half's bound below what the plan needs ends the wait (False) while the other half still
     runs; one that proves leaves the wait on the other."""
@@ -295,10 +295,11 @@ def test_depth_split_proves_early_stops_at_the_first_half_that_does_not_prove(en
     answer = []
     waiting = threading.Thread(target=lambda: answer.append(run.depth_split_proves_early()), daemon=True)
     waiting.start()
-    waiting.join(5.0)
-    if proves is False:
+    if not waits:
+        waiting.join(5.0)
         assert answer == [False] and run.union == 10.0
-    else:   # waits for the other half
+    else:
+        waiting.join(0.5)
         assert waiting.is_alive() and answer == []
         run.depth_early[1].set_result(lambda cutoff=math.inf: 10.15)
         waiting.join(5.0)
