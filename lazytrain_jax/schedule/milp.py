@@ -1309,10 +1309,8 @@ def _hot_lp(problem, basis, point: list | None, hot: list | None = None, early=N
             hc = _highs_object()
             cost, args, const = problem
             rows = _highs_rows(problem)
-            limit = max(1, int(HOT_ITERATIONS * sum(r[0].shape[0] for r in rows)))
             h = _highs_model(cost, rows, args["bounds"][:, 0], args["bounds"][:, 1], None,
-                             dict(presolve="off", solver="simplex", simplex_iteration_limit=limit,
-                                  simplex_dual_edge_weight_strategy=HOT_EDGE_WEIGHTS))
+                             _from_basis_options(rows, HOT_ITERATIONS))
             if h.setBasis(basis) != hc.HighsStatus.kError:
                 if not _run(h):
                     return None
@@ -1442,6 +1440,15 @@ HOT_ITERATIONS = 0.2
 # the LPs from a basis")
 HOT_EDGE_WEIGHTS = 1
 
+
+def _from_basis_options(rows, per_row: float, **extra) -> dict:
+    """HiGHS' options for an LP run by dual simplex from another LP's basis (``_hot_lp``,
+    ``_tail_split``) on ``rows`` (``_highs_rows``'): no presolve, priced by ``HOT_EDGE_WEIGHTS``,
+    at most ``per_row`` iterations per row (at least one); ``extra`` added."""
+    limit = max(1, int(per_row * sum(r[0].shape[0] for r in rows)))
+    return dict(presolve="off", solver="simplex", simplex_iteration_limit=limit,
+                simplex_dual_edge_weight_strategy=HOT_EDGE_WEIGHTS, **extra)
+
 # ``_Solve.rens_from_interior``: whether ``_rens`` from a half of the union LP whose vertex gave a
 # plan more than HALF_RETRY_GAPS rel_gaps above the half's bound (or none) runs again from the
 # half's interior point
@@ -1516,10 +1523,8 @@ def _tail_split(union_built: Built, arrays, basis, weight_prefetch_depth: int, b
     problem = _half_problem(union_built, arrays, weight_prefetch_depth)
     cost, args, const = problem
     rows = _highs_rows(problem)
-    limit = max(1, int(TAIL_ITERATIONS * sum(r[0].shape[0] for r in rows)))
     target = bar + TAIL_SPLIT_MARGIN * abs(bar)
-    options = dict(presolve="off", solver="simplex", simplex_iteration_limit=limit, objective_bound=target - const,
-                   simplex_dual_edge_weight_strategy=HOT_EDGE_WEIGHTS)
+    options = _from_basis_options(rows, TAIL_ITERATIONS, objective_bound=target - const)
     if math.isfinite(time_limit_s):
         options["time_limit"] = float(time_limit_s)
     h = _highs_model(cost, rows, args["bounds"][:, 0], args["bounds"][:, 1], None, options)
