@@ -1783,9 +1783,10 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       max_segment_length: longest recompute segment (edges (s, e) with e − s ≤ this).
       max_resident_tail: largest resident tail considered.
       time_limit_s: the whole solve's time limit. Every branch-and-bound run (CBC or HiGHS, the
-        neighbourhoods' small ones too) may take what is left of it; once it has passed, no depth
-        pair is branched on (its LP is its bound) and the best plan comes back with its gap. The
-        search and the LPs always run (seconds at 128 layers).
+        neighbourhoods' small ones too) may take what is left of it, and HiGHS' runs are waited for
+        at most ``HIGHS_LATE_S`` past it (``_run_by``); once it has passed, no depth pair is
+        branched on (its LP is its bound) and the best plan comes back with its gap. The search
+        and the LPs always run (seconds at 128 layers).
       rel_gap: relative optimality gap at which the solve stops (``lt.plan`` uses the same default).
       warm_start: a Plan inside the decision space to start from (e.g. the best heuristic).
       objective: ``time`` (predicted step time) or ``memory`` (minimum peak device bytes, ignoring
@@ -1896,7 +1897,8 @@ def _stop(owner: _SolveToken):
         running, owner.running = list(owner.running), set()
     hc = _highs_object() if running else None
     for h in running:
-        for kind in (hc.cb.HighsCallbackType.kCallbackIpmInterrupt, hc.cb.HighsCallbackType.kCallbackSimplexInterrupt):
+        for kind in (hc.cb.HighsCallbackType.kCallbackIpmInterrupt, hc.cb.HighsCallbackType.kCallbackSimplexInterrupt,
+                     hc.cb.HighsCallbackType.kCallbackMipInterrupt):
             h.startCallback(kind)
 _OWNER = threading.local()  # .solve: the token of the solve the current thread works for
 _RUNNING = {}               # native thread id -> the token of the solve it works for, while it works
@@ -3638,7 +3640,8 @@ def _highs_model(cost, rows, lower, upper, integrality, options: dict):
 def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, max_nodes, root_lp):
     """One HiGHS branch and cut through scipy's bundled HiGHS object: ``(status, x, objective,
     dual bound)``, status "optimal" | "feasible" | "infeasible" | "none" (x None unless a solution
-    exists)."""
+    exists; "none" with bound -inf where the run had not ended ``HIGHS_LATE_S`` past its time
+    limit, ``_run_by``)."""
     import numpy as np
     hc = _highs_object()
     options = dict(mip_rel_gap=float(rel_gap), mip_max_nodes=int(max_nodes), mip_lp_solver=root_lp,
@@ -3646,7 +3649,8 @@ def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, 
     if math.isfinite(time_limit_s):
         options["time_limit"] = float(time_limit_s)
     h = _highs_model(cost, rows, lower, upper, integrality, options)
-    h.run()
+    if not _run_by(h, time_limit_s):
+        return "none", None, None, -math.inf
     model_status = h.getModelStatus()
     info = h.getInfo()
     bound = info.mip_dual_bound
@@ -3657,6 +3661,28 @@ def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, 
         return "none", None, None, bound
     status = "optimal" if model_status == hc.HighsModelStatus.kOptimal else "feasible"
     return status, np.array(h.getSolution().col_value), info.objective_function_value, bound
+
+
+# how long past its time limit a HiGHS branch and cut is waited for (``_run_by``)
+HIGHS_LATE_S = 0.25
+
+
+def _run_by(h, time_limit_s: float) -> bool:
+    """``_run(h)`` (a branch and cut of ``_highs_direct``) in a thread of its own, waited for at most
+    ``time_limit_s`` + ``HIGHS_LATE_S``: False where it was stopped or had not ended by then (its
+    result is then not to be read). HiGHS checks its time limit between its steps, not inside its
+    cut separation: on varied seed 54 at 128 layers (``benchmarks/planner_probes.py``) the root on
+    each half of the union model, side by side in one process and asked to stop at 7.3 s, ended at
+    7.7-10.9 s, and the solve took 22-24 s against its 20 s limit. A run left behind ends at its
+    own limit, its result unread; where it works for a solve, that solve's return interrupts it and
+    lowers its priority (``_solve_threads``)."""
+    if not math.isfinite(time_limit_s):
+        return _run(h)
+    future = _in_thread(_run, h)
+    try:
+        return future.result(timeout=max(0.0, time_limit_s) + HIGHS_LATE_S)
+    except concurrent.futures.TimeoutError:
+        return False
 
 
 def _highs_scipy(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, max_nodes):

@@ -441,6 +441,51 @@ def test_a_solves_leftover_lps_are_stopped_when_it_returns():
     assert milp._highs_solve(arrays) == expected
 
 
+class _SlowHighs:
+    """A stand-in for a HiGHS object (``_run``'s calls) whose run ends only when ``release`` is set
+    (or after 10 s): HiGHS inside a cut separation that does not look at its time limit."""
+
+    def __init__(self):
+        self.release, self.ended, self.started = threading.Event(), threading.Event(), []
+
+    def setCallback(self, callback, data):
+        pass
+
+    def startCallback(self, kind):
+        self.started.append(kind)
+
+    def run(self):
+        self.release.wait(10)
+        self.ended.set()
+
+
+def test_a_highs_run_past_its_time_limit_is_not_waited_for(monkeypatch):
+    """A branch and cut still running ``HIGHS_LATE_S`` past its time limit is left behind
+    (``_run_by`` False; ``_highs_direct`` then "none", no solution, bound -inf) instead of holding
+    the solve past its limit; a run that ends is read as before. In a solve, the run left behind
+    is interrupted when the solve returns, the MIP's interrupt among the callbacks started."""
+    monkeypatch.setattr(milp, "HIGHS_LATE_S", 0.01)
+    slow = _SlowHighs()
+    assert milp._run_by(slow, 0.01) is False and not slow.ended.is_set()
+    slow.release.set()
+    assert slow.ended.wait(10)
+    done = _SlowHighs()
+    done.release.set()
+    assert milp._run_by(done, 5.0) is True and done.ended.is_set()
+
+    slow = _SlowHighs()
+    monkeypatch.setattr(milp, "_highs_model", lambda *args, **kw: slow)
+    assert milp._highs_direct(None, [], None, None, None, 1e-2, 0.01, 1, "ipm") == ("none", None, None, -math.inf)
+    with milp._solve_threads():
+        left = _SlowHighs()
+        assert milp._run_by(left, 0.01) is False
+    hc = milp._highs_object()
+    assert hc.cb.HighsCallbackType.kCallbackMipInterrupt in left.started
+    for h in (slow, left):
+        h.release.set()
+        assert h.ended.wait(10)
+
+
 def test_a_process_that_plans_and_ends_exits_cleanly():
     """A process whose solve leaves HiGHS runs going (the depth split's halves from the union
     basis, started and left) ends at once with status 0: those runs are stopped, and their threads
