@@ -360,10 +360,15 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             m.add_constr(_ge(v[s, e], var + nv[s] - 1))
             m.add_constr(_le(v[s, e], u[s, e]))
     # exactly one edge leaves a kept boundary: the products sum to the tier indicator
+    u_from, v_from = {}, {}
+    for (s, _), uu in u.items():
+        u_from.setdefault(s, []).append(uu)
+    for (s, _), vv in v.items():
+        v_from.setdefault(s, []).append(vv)
     for s in set(host) | set(nv):
-        m.add_constr(_eq(xs(uu for (s2, _), uu in u.items() if s2 == s), xs([t[s] for t in (host, nv) if s in t])))
+        m.add_constr(_eq(xs(u_from.get(s, [])), xs([t[s] for t in (host, nv) if s in t])))
     for s in nv:
-        m.add_constr(_eq(xs(vv for (s2, _), vv in v.items() if s2 == s), nv[s]))
+        m.add_constr(_eq(xs(v_from.get(s, [])), nv[s]))
     res = {l: m.add_var(var_type=mip.BINARY) for l in range(L) if R[l] <= slack and bwd_rc[l] > bwd[l]}
     # off_l: layer l's kept residuals live on the host (down after F_l, fetched back before B_l)
     off = {l: m.add_var(var_type=mip.BINARY) for l in res
@@ -1001,8 +1006,11 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # the path crosses each gap (i, i + 1) on exactly one edge, so ws is at least the sum over the
     # edges that cross it; and ws is at least the least working set of the longest segment chosen
     # (longer[n] = 1 iff some segment has length >= n: one binary per length, cheap to branch on)
-    for i in range(L):
-        crossing = [load for (s, e), load in seg_ws.items() if s <= i < e]
+    crossings = [[] for _ in range(L)]
+    for (s, e), load in seg_ws.items():
+        for i in range(s, min(e, L)):
+            crossings[i].append(load)
+    for crossing in crossings:
         if len(crossing) > 1:
             m.add_constr(_ge(ws, xs(crossing)))
     least = [0.0, 0.0] + [min(sum(a[s + 1:s + n]) for s in range(L - n + 1)) for n in range(2, S + 1)]
