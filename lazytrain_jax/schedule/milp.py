@@ -3681,9 +3681,9 @@ def _run_by(h, time_limit_s: float) -> bool:
     result is then not to be read). HiGHS checks its time limit between its steps, not inside its
     cut separation: on varied seed 54 at 128 layers (``benchmarks/planner_probes.py``) the root on
     each half of the union model, side by side in one process and asked to stop at 7.3 s, ended at
-    7.7-10.9 s, and the solve took 22-24 s against its 20 s limit. A run left behind ends at its
-    own limit, its result unread; where it works for a solve, that solve's return interrupts it and
-    lowers its priority (``_solve_threads``)."""
+    7.7-10.9 s, and the solve took up to 23.9 s against its 20 s limit. A run left behind ends at
+    its own limit, its result unread; where it works for a solve, that solve's return interrupts it
+    and lowers its priority (``_solve_threads``)."""
     if not math.isfinite(time_limit_s):
         return _run(h)
     future = _in_thread(_run, h)
