@@ -145,6 +145,7 @@ import warnings
 import mip
 
 from lazytrain_jax.schedule import linear, memory, search, steps
+from lazytrain_jax.schedule.bounds import lower_bound
 from lazytrain_jax.schedule.plan import Plan
 
 DEFAULT_REL_GAP = 1e-2
@@ -1791,10 +1792,13 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       max_segment_length: longest recompute segment (edges (s, e) with e − s ≤ this).
       max_resident_tail: largest resident tail considered.
       time_limit_s: the whole solve's time limit. Every branch-and-bound run (CBC or HiGHS, the
-        neighbourhoods' small ones too) may take what is left of it, and HiGHS' runs are waited for
-        at most ``HIGHS_LATE_S`` past it (``_run_by``); once it has passed, no depth pair is
-        branched on (its LP is its bound) and the best plan comes back with its gap. The search
-        and the LPs always run (seconds at 128 layers).
+        neighbourhoods' small ones too) may take what is left of it, and HiGHS' runs, and the LPs
+        and splits run beside the solve (the union LP, its depth and offload splits, the tail
+        split), are waited for at most ``HIGHS_LATE_S`` past it (``_run_by``, ``_Solve.late``);
+        once it has passed, no depth pair is branched on (its LP is its bound) and the best plan
+        comes back with its gap: without the union LP, the best start against the bound on every
+        plan (``bounds.lower_bound``). The model's build and the search always run (about 0.3-1 s
+        at 64 layers and 1.5-2.5 s at 128 on a 2-core machine).
       rel_gap: relative optimality gap at which the solve stops (``lt.plan`` uses the same default).
       warm_start: a Plan inside the decision space to start from (e.g. the best heuristic).
       objective: ``time`` (predicted step time) or ``memory`` (minimum peak device bytes, ignoring
@@ -2090,11 +2094,13 @@ class _Solve:
         starts = [q for q in (_at_depths(p, dw, da) for p in (self.found, warm_start) for dw, da in depths)
                   if q is not None]
         self.incumbent = min(starts, key=lambda q: q.predicted_step_time_s, default=None)
-        if union_lp is not None:
+        self.union_late = union_lp is not None and self.late(union_lp)
+        if union_lp is not None and not self.union_late:
             self.union, seconds = union_lp.result()
             stats["lp_s"] += seconds
             stats["lp_solves"] += 1
-        if self.union_built is not None and self.union is None:  # a small model (CLP), or HiGHS could not say
+        if self.union_built is not None and self.union is None and not self.union_late:
+            # a small model (CLP), or HiGHS could not say
             self.union = self.timed_lp(self.union_built, "auto" if union_lp is None else "clp")
         # HiGHS' branch and cut follows for models this large (``_mip_solver``): the depth pairs'
         # cheap part (LP, search, neighbourhoods) is then left to it
@@ -2110,6 +2116,27 @@ class _Solve:
     def expired(self) -> bool:
         """Whether the solve's time limit has passed (no depth pair is branched on after it)."""
         return time.perf_counter() >= self.deadline
+
+    def late(self, future) -> bool:
+        """Whether ``future`` (a step run beside this thread: an LP, a split) has not ended by
+        ``HIGHS_LATE_S`` past the solve's time limit, waited for until then. What a late one runs is
+        left behind, unread, and stopped when the solve returns (``_solve_threads``). Varied seed 10
+        at 128 layers with a 5 s limit: the depth split's second half, from scratch after its
+        iteration cap, held the solve to 8.5 s; the union LP at 128 layers takes 2-4 s."""
+        if not math.isfinite(self.deadline) or future.done():
+            return False
+        try:
+            future.result(timeout=self.wait_s())
+        except concurrent.futures.TimeoutError:
+            return True
+        return False
+
+    def wait_s(self) -> float | None:
+        """How long a step run beside this thread may still be waited for: until ``HIGHS_LATE_S``
+        past the solve's time limit (None: no limit)."""
+        if not math.isfinite(self.deadline):
+            return None
+        return max(0.0, self.deadline + HIGHS_LATE_S - time.perf_counter())
 
     def union_bound(self, dw: int) -> float:
         """The union LP's bound on the depth pairs with weight prefetch depth ``dw``: its half's
@@ -2207,7 +2234,7 @@ class _Solve:
             self.join_splits(q)
             if tail and not self.union_proves(q):
                 self.tail_split(q)
-            if self.tail_proof is None and not self.union_proves(q):
+            if self.tail_proof is None and not self.union_proves(q) and not self.expired():
                 # the tiers chosen again for the sub-MIP's own plan, not the polished one, whose
                 # moves may lead away from the better tiers (varied seed 0, 64 layers: 18.9034 s,
                 # polished 18.8755 s, its tiers 18.8718 s; the plan's own tiers 18.8598 s), and
@@ -2498,7 +2525,7 @@ class _Solve:
         futures = [_in_thread(_tail_split, self.union_built, self.arrays, self.depth_ends.get(dw, self.union_basis[0]),
                               dw, bar, self.depth_points.get(dw), self.left()) for dw in halves]
         for dw, future in zip(halves, futures):
-            if future.result():
+            if not self.late(future) and future.result():
                 self.depth_bounds[dw] = bar
         self.union = max(self.union, min(self.depth_bounds[dw] for dw in self.weights))
         self.stats["lp_s"] += time.perf_counter() - t
@@ -2548,6 +2575,8 @@ class _Solve:
         if self.offload_split is None or self.offload_split_joined or self.union_proves(self.incumbent):
             return
         self.offload_split_joined = True
+        if self.late(self.offload_split):
+            return
         value, seconds = self.offload_split.result()
         self.union = max(self.union, value)
         self.stats["lp_s"] += seconds
@@ -2597,7 +2626,7 @@ class _Solve:
         raised to the lower of them and the halves' ends (an LP from scratch after the cap) are not
         waited for. Varied seed 16, 128 layers: 5.06 -> 4.00 s, the same plan."""
         if self.depth_split is None or self.depth_bounds or self.union_proves(self.incumbent) or \
-                self.depth_split_proves_early(plan):
+                self.depth_split_proves_early(plan) or self.late(self.depth_split):
             return
         (self.depth_bounds, self.depth_points), seconds = self.depth_split.result()
         self.depth_vertices = set(self.depth_ends)
@@ -2619,11 +2648,15 @@ class _Solve:
         best = min((q for q in (self.incumbent, plan) if q is not None), key=lambda q: q.predicted_step_time_s)
         value = best.predicted_step_time_s
         bounds = []
-        for future in concurrent.futures.as_completed([self.depth_early[dw] for dw in self.weights]):
-            bound = future.result()(value)
-            if not (bound > self.union and self.union_proves(best, raised=bound - self.union)):
-                return False
-            bounds.append(bound)
+        try:
+            for future in concurrent.futures.as_completed([self.depth_early[dw] for dw in self.weights],
+                                                          timeout=self.wait_s()):
+                bound = future.result()(value)
+                if not (bound > self.union and self.union_proves(best, raised=bound - self.union)):
+                    return False
+                bounds.append(bound)
+        except concurrent.futures.TimeoutError:  # past the time limit: not waited for (``late``)
+            return False
         self.union = min(bounds)
         return True
 
@@ -2844,6 +2877,15 @@ class _Solve:
         CBC's run at (1, 1)). Returns ``result()``."""
         rel_gap, cutoff = self.rel_gap, self.cutoff
         self.heuristic = self.carried   # the best unproved plan of the cheap part (rel_gap > 0)
+        if self.union_late:
+            # the union LP did not end by the time limit: the best start, its gap against the bound
+            # on every plan (``bounds.lower_bound``; none where it does not beat the cutoff); no
+            # depth pair's model is built
+            if self.incumbent is not None and (self.cutoff is None or
+                                               self.incumbent.predicted_step_time_s < self.cutoff):
+                self.heuristic = self.incumbent
+            self.best_bound = min(self.best_bound, lower_bound(self.costs, self.hardware)["total"])
+            return self.result()
         pending = []
         depths = self.depths
         if self.carried is not None:  # its own depth pair first (or the one the union LP leans to)

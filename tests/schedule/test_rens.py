@@ -252,7 +252,7 @@ def test_join_depth_split_proves_from_the_halves_first_bounds(firsts, plan, wait
     halves' ends; otherwise the split's values (here 10.08 and 10.3) are joined as before."""
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.union, run.cutoff, run.weights, run.depth_bounds = 1e-2, 10.0, None, [1, 2], {}
-    run.depth_ends, run.stats = {}, {"lp_s": 0.0}
+    run.depth_ends, run.stats, run.deadline = {}, {"lp_s": 0.0}, math.inf
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.2)
     asked = []
 
@@ -288,7 +288,7 @@ def test_depth_split_proves_early_stops_at_the_first_half_that_does_not_prove(en
     import threading
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.union, run.cutoff, run.weights, run.depth_bounds = 1e-2, 10.0, None, [1, 2], {}
-    run.depth_split = types.SimpleNamespace()
+    run.depth_split, run.deadline = types.SimpleNamespace(), math.inf
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.2)   # needs a bound of 10.098 s
     run.depth_early = {1: milp.concurrent.futures.Future(), 2: milp.concurrent.futures.Future()}
     run.depth_early[2].set_result(lambda cutoff=math.inf: ended_bound)   # the depth-1 half still runs
