@@ -1603,20 +1603,27 @@ def _background_lps(builts: list, workers: int = 1, points: list | None = None):
     interpreter lock; the arrays are read here first, which holds it); returns a function that
     waits for the values (CLP, in this thread, where HiGHS could not say). Two threads solved four
     128-layer LPs in 4.0 s where one took 7.9 s (2 cores). ``points``: if a list, one list per
-    model is appended to it, which receives that LP's solution (HiGHS only)."""
+    model is appended to it, which receives that LP's solution (HiGHS only). The function takes
+    ``late``, a predicate on each LP's future (``_Solve.late``): a late LP's value is None."""
     if points is not None:
         points.extend([] for _ in builts)
     arrays = [_highs_arrays(b.model) for b in builts]
     if any(a is None for a in arrays):
-        return lambda: [_relaxed(b) for b in builts]
+        return lambda late=None: [_relaxed(b) for b in builts]
     pool = concurrent.futures.ThreadPoolExecutor(workers)
     futures = [pool.submit(_owned(_highs_solve), a, points[-len(builts) + i] if points is not None else None)
                for i, a in enumerate(arrays)]
     pool.shutdown(wait=False)
 
-    def values():
-        found = [f.result() for f in futures]
-        return [v if v is not None else _relaxed(b, solver="clp") for b, v in zip(builts, found)]
+    def values(late=None):
+        out = []
+        for b, f in zip(builts, futures):
+            if late is not None and late(f):
+                out.append(None)
+                continue
+            v = f.result()
+            out.append(v if v is not None else _relaxed(b, solver="clp"))
+        return out
     return values
 
 
@@ -2470,6 +2477,8 @@ class _Solve:
         arrays = [_highs_arrays(b.model) for b in builts]
         points, bases = [[] for _ in builts], [[] for _ in builts]
         futures = [_in_thread(_highs_solve, a, point, basis) for a, point, basis in zip(arrays, points, bases)]
+        if any(self.late(f) for f in futures):
+            return   # past the time limit: no bound from this step
         values = [f.result() for f in futures]
         if None in values:
             return   # HiGHS could not say: no bound from this step
@@ -2481,9 +2490,13 @@ class _Solve:
         # the splits' first bounds (each branch's, as soon as its dual simplex ends or reaches its
         # cap: _hot_lp) where those prove the incumbent, else the splits' ends
         cutoff = self.incumbent.predicted_step_time_s
+        if any(self.late(f) for split, e in zip(splits, early) if split is not None for f in e):
+            return
         bounds = {d: max(value, min(f.result()(cutoff) for f in e) if split is not None else -math.inf)
                   for d, value, split, e in zip(self.depths, values, splits, early)}
         if not self.union_proves(self.incumbent, raised=min(bounds.values()) - self.union):
+            if any(self.late(split) for split in splits if split is not None):
+                return
             bounds = {d: max(value, split.result() if split is not None else -math.inf)
                       for d, value, split in zip(self.depths, values, splits)}
         self.stats["lp_s"] += time.perf_counter() - t
@@ -2960,10 +2973,11 @@ class _Solve:
             for entry in first:
                 self.branch(*entry)
             t = time.perf_counter()
-            values = lps()
+            values = lps(self.late)   # (one past the time limit: None, its pair bounded by the union LP)
             self.stats["lp_s"] += time.perf_counter() - t
             self.stats["lp_solves"] += len(rest)
-            for (built, _, start_plan), value, point in sorted(zip(rest, values, points), key=lambda e: e[1]):
+            for (built, _, start_plan), value, point in sorted(zip(rest, values, points),
+                                                               key=lambda e: math.inf if e[1] is None else e[1]):
                 self.branch(built, value, start_plan, point[0] if point else None)
         else:
             for entry in pending:

@@ -964,7 +964,7 @@ def test_pair_lps_prove_from_the_offload_splits_first_bounds(monkeypatch, proves
     def in_thread(fn, *args):
         if fn is offload_split:
             fn(*args)
-            return types.SimpleNamespace(result=lambda: (ended.append(1), -math.inf)[1])
+            return types.SimpleNamespace(result=lambda: (ended.append(1), -math.inf)[1], done=lambda: True)
         future = milp.concurrent.futures.Future()
         future.set_result(fn(*args))
         return future
