@@ -1683,7 +1683,8 @@ def _highs_arrays(m: _Model, bound_rows: bool = True):
     return cost, args, const
 
 
-def _highs_solve(arrays, point: list | None = None, basis: list | None = None) -> float | None:
+def _highs_solve(arrays, point: list | None = None, basis: list | None = None,
+                 time_limit_s: float = math.inf) -> float | None:
     """:func:`_highs_lp` on prepared arrays (HiGHS itself releases the interpreter lock).
     ``point``: if a list, the LP's solution (its variable values) is appended to it when optimal.
 
@@ -1697,12 +1698,15 @@ def _highs_solve(arrays, point: list | None = None, basis: list | None = None) -
     ``basis``: if a list (and HiGHS' object is there), the interior point is followed by its
     crossover to a vertex (the value then exact, the solution that vertex) and HiGHS' basis there
     is appended to it, for ``_hot_lp``: 5-25 % more time on the union LP at 64-128 layers, and its
-    halves then take 0.02-0.7 s where they took 0.15-1.3 s."""
+    halves then take 0.02-0.7 s where they took 0.15-1.3 s.
+
+    ``time_limit_s``: HiGHS' time limit (each of its runs); an LP it stops is one HiGHS cannot say
+    (None)."""
     const = arrays[2]
     if _highs_object() is not None:
-        status, fun, x = _highs_lp_direct(arrays, basis)
+        status, fun, x = _highs_lp_direct(arrays, basis, time_limit_s)
     else:
-        status, fun, x = _highs_lp_scipy(arrays)
+        status, fun, x = _highs_lp_scipy(arrays, time_limit_s)
     if status == "infeasible":
         return float("inf")
     if status is None:
@@ -1715,21 +1719,24 @@ def _highs_solve(arrays, point: list | None = None, basis: list | None = None) -
 IPM_OPTIONS = dict(presolve="off", solver="ipm", run_crossover="off", ipm_optimality_tolerance=IPM_GAP)
 
 
-def _highs_lp_direct(arrays, basis: list | None = None):
+def _highs_lp_direct(arrays, basis: list | None = None, time_limit_s: float = math.inf):
     """The LP of ``arrays`` by scipy's bundled HiGHS object: ``(status, objective, x)``, status
     "interior" (the interior point's end), "vertex" (HiGHS' defaults, where the interior point did
     not end optimal; or its crossover, where ``basis`` is a list, which then receives the basis),
-    "infeasible" or None (HiGHS could not say)."""
+    "infeasible" or None (HiGHS could not say, or stopped at ``time_limit_s``)."""
     import numpy as np
     hc = _highs_object()
     cost, args, _ = arrays
     bounds, rows = args["bounds"], _highs_rows(arrays)
+    limit = {"time_limit": float(time_limit_s)} if math.isfinite(time_limit_s) else {}
     first = ("interior", IPM_OPTIONS) if basis is None else ("vertex", {**IPM_OPTIONS, "run_crossover": "on"})
     for status, options in (first, ("vertex", {})):
-        h = _highs_model(cost, rows, bounds[:, 0], bounds[:, 1], None, options)
+        h = _highs_model(cost, rows, bounds[:, 0], bounds[:, 1], None, {**options, **limit})
         if not _run(h):
             return None, None, None
         model_status = h.getModelStatus()
+        if model_status == hc.HighsModelStatus.kTimeLimit:
+            return None, None, None
         if model_status == hc.HighsModelStatus.kInfeasible:
             return "infeasible", None, None
         if model_status == hc.HighsModelStatus.kOptimal:
@@ -1739,20 +1746,24 @@ def _highs_lp_direct(arrays, basis: list | None = None):
     return None, None, None
 
 
-def _highs_lp_scipy(arrays):
+def _highs_lp_scipy(arrays, time_limit_s: float = math.inf):
     """:func:`_highs_lp_direct` through scipy's ``linprog``."""
     from scipy.optimize import linprog
     cost, args, _ = arrays
+    limit = {"time_limit": float(time_limit_s)} if math.isfinite(time_limit_s) else {}
     # scipy passes HiGHS options it does not list on to HiGHS, with a warning; ours is meant. A
     # filter for that message alone (put first again on each call: catch_warnings around the call
     # is not thread-safe, and these LPs run in threads side by side)
     warnings.filterwarnings("ignore", message=r"Unrecognized options detected: \{'run_crossover': 'off'\}")
-    res = linprog(cost, **args, options=dict(presolve=False, run_crossover="off", ipm_optimality_tolerance=IPM_GAP))
+    res = linprog(cost, **args, options=dict(presolve=False, run_crossover="off", ipm_optimality_tolerance=IPM_GAP,
+                                             **limit))
     if res.status == 0 and res.fun is not None:
         return "interior", float(res.fun), res.x
     if res.status == 2:
         return "infeasible", None, None
-    res = linprog(cost, **args)  # HiGHS' defaults (crossover): exact vertex optimum
+    if limit and res.status == 1:  # its time limit (or iteration limit) reached
+        return None, None, None
+    res = linprog(cost, **args, options=limit)  # HiGHS' defaults (crossover): exact vertex optimum
     if res.status == 0:
         return "vertex", float(res.fun), res.x
     if res.status == 2:
@@ -2424,7 +2435,7 @@ class _Solve:
         self.interior_retried = True
         t = time.perf_counter()
         point = []
-        solved = _highs_solve(self.arrays, point) is not None and bool(point)
+        solved = _highs_solve(self.arrays, point, time_limit_s=self.left()) is not None and bool(point)
         self.stats["lp_s"] += time.perf_counter() - t
         self.stats["lp_solves"] += 1
         if not solved:
@@ -2840,7 +2851,8 @@ class _Solve:
             self.depth_vertices.discard(dw)
             t = time.perf_counter()
             point = []
-            if _highs_solve(_half_problem(self.union_built, self.arrays, dw), point) is not None and point:
+            if _highs_solve(_half_problem(self.union_built, self.arrays, dw), point,
+                            time_limit_s=self.left()) is not None and point:
                 self.depth_points[dw] = point[0]
             self.stats["lp_s"] += time.perf_counter() - t
             self.stats["lp_solves"] += 1

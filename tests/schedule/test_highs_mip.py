@@ -545,6 +545,22 @@ def test_a_step_beside_the_solve_is_not_waited_for_past_its_time_limit(monkeypat
         assert plan.gap > 1e-2   # not proved: the split that would have proved it was not read
 
 
+@pytest.mark.parametrize("path", ["direct", "scipy"])
+def test_an_lp_stopped_at_its_time_limit_says_nothing(monkeypatch, path):
+    """``_highs_solve(..., time_limit_s)``: an LP HiGHS stops at its time limit is one it cannot say
+    (None), not followed by a run at HiGHS' defaults without that limit (the LPs a solve runs in
+    its own thread, ``union_interior_retry`` and ``half_point``, get what is left of its limit);
+    without a limit, the LP's value as before. Through scipy's HiGHS object and its ``linprog``."""
+    if path == "scipy":
+        monkeypatch.setattr(milp, "_highs_object", lambda: None)
+    costs, hw = _random_instance(48, 7)   # an LP of many interior point iterations (HiGHS looks at its
+    arrays = milp._highs_arrays(milp.build(costs, hw, union=True).model)   # clock between them)
+    value = milp._highs_solve(arrays, [])
+    assert value is not None and math.isfinite(value)
+    assert milp._highs_solve(arrays, [], time_limit_s=0.01) is None
+    assert milp._highs_solve(arrays, [], time_limit_s=600.0) == pytest.approx(value)
+
+
 def test_a_process_that_plans_and_ends_exits_cleanly():
     """A process whose solve leaves HiGHS runs going (the depth split's halves from the union
     basis, started and left) ends at once with status 0: those runs are stopped, and their threads
