@@ -520,7 +520,7 @@ def test_a_halfs_vertex_gives_way_to_its_interior_point(monkeypatch):
     assert numpy.array_equal(points[2], interior_points[2])         # solved from scratch: the same point
     run = milp._Solve.__new__(milp._Solve)
     run.union_built, run.arrays, run.stats = union, arrays, {"lp_s": 0.0, "lp_solves": 0}
-    run.depth_points, run.depth_vertices = dict(points), set(vertices)
+    run.depth_points, run.depth_vertices, run.deadline = dict(points), set(vertices), math.inf
     for dw in (1, 1, 2):
         point = run.half_point(dw)
         assert point is run.depth_points[dw] and numpy.array_equal(point, interior_points[dw])
