@@ -1812,8 +1812,8 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
       time_limit_s: the whole solve's time limit. Every branch-and-bound run (CBC or HiGHS, the
         neighbourhoods' small ones too) may take what is left of it, and HiGHS' runs, and the LPs
         and splits run beside the solve (the union LP, its depth and offload splits, the tail
-        split), are waited for at most ``HIGHS_LATE_S`` past it (``_run_by``, ``_Solve.late``);
-        once it has passed, no depth pair is branched on (its LP is its bound) and the best plan
+        split), are waited for at most ``HIGHS_LATE_S`` past it (``_run_by``, ``_Solve.late``),
+        and the LPs it solves in its own thread get what is left of it; once it has passed, no depth pair is branched on (its LP is its bound) and the best plan
         comes back with its gap: without the union LP, the best start against the bound on every
         plan (``bounds.lower_bound``). The model's build and the search always run (about 0.3-1 s
         at 64 layers and 1.5-2.5 s at 128 on a 2-core machine).
