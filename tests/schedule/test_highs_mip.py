@@ -514,11 +514,11 @@ def test_a_step_beside_the_solve_is_not_waited_for_past_its_time_limit(monkeypat
     if step == "union LP":
         solve_lp = milp._highs_solve
 
-        def union_held(arrays, point=None, basis=None):
+        def union_held(arrays, point=None, basis=None, **kw):
             if basis is not None and not started:  # the union LP: the one solved to a vertex first
                 started.append(True)
-                return _held(solve_lp, release, ended)(arrays, point, basis)
-            return solve_lp(arrays, point, basis)
+                return _held(solve_lp, release, ended)(arrays, point, basis, **kw)
+            return solve_lp(arrays, point, basis, **kw)
         monkeypatch.setattr(milp, "_highs_solve", union_held)
         time_limit = 0.5
     else:
