@@ -1533,9 +1533,7 @@ def _tail_split(union_built: Built, arrays, basis, weight_prefetch_depth: int, b
     cost, args, const = problem
     rows = _highs_rows(problem)
     target = bar + TAIL_SPLIT_MARGIN * abs(bar)
-    options = _from_basis_options(rows, TAIL_ITERATIONS, objective_bound=target - const)
-    if math.isfinite(time_limit_s):
-        options["time_limit"] = float(time_limit_s)
+    options = _from_basis_options(rows, TAIL_ITERATIONS, objective_bound=target - const, **_time_limit(time_limit_s))
     h = _highs_model(cost, rows, args["bounds"][:, 0], args["bounds"][:, 1], None, options)
     if h.setBasis(basis) == hc.HighsStatus.kError:
         return False
@@ -1719,6 +1717,11 @@ def _highs_solve(arrays, point: list | None = None, basis: list | None = None,
 IPM_OPTIONS = dict(presolve="off", solver="ipm", run_crossover="off", ipm_optimality_tolerance=IPM_GAP)
 
 
+def _time_limit(time_limit_s: float) -> dict:
+    """HiGHS' ``time_limit`` option for ``time_limit_s`` (none where it is infinite)."""
+    return {"time_limit": float(time_limit_s)} if math.isfinite(time_limit_s) else {}
+
+
 def _highs_lp_direct(arrays, basis: list | None = None, time_limit_s: float = math.inf):
     """The LP of ``arrays`` by scipy's bundled HiGHS object: ``(status, objective, x)``, status
     "interior" (the interior point's end), "vertex" (HiGHS' defaults, where the interior point did
@@ -1728,7 +1731,7 @@ def _highs_lp_direct(arrays, basis: list | None = None, time_limit_s: float = ma
     hc = _highs_object()
     cost, args, _ = arrays
     bounds, rows = args["bounds"], _highs_rows(arrays)
-    limit = {"time_limit": float(time_limit_s)} if math.isfinite(time_limit_s) else {}
+    limit = _time_limit(time_limit_s)
     first = ("interior", IPM_OPTIONS) if basis is None else ("vertex", {**IPM_OPTIONS, "run_crossover": "on"})
     for status, options in (first, ("vertex", {})):
         h = _highs_model(cost, rows, bounds[:, 0], bounds[:, 1], None, {**options, **limit})
@@ -1750,7 +1753,7 @@ def _highs_lp_scipy(arrays, time_limit_s: float = math.inf):
     """:func:`_highs_lp_direct` through scipy's ``linprog``."""
     from scipy.optimize import linprog
     cost, args, _ = arrays
-    limit = {"time_limit": float(time_limit_s)} if math.isfinite(time_limit_s) else {}
+    limit = _time_limit(time_limit_s)
     # scipy passes HiGHS options it does not list on to HiGHS, with a warning; ours is meant. A
     # filter for that message alone (put first again on each call: catch_warnings around the call
     # is not thread-safe, and these LPs run in threads side by side)
@@ -1813,10 +1816,11 @@ def solve(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         neighbourhoods' small ones too) may take what is left of it, and HiGHS' runs, and the LPs
         and splits run beside the solve (the union LP, its depth and offload splits, the tail
         split), are waited for at most ``HIGHS_LATE_S`` past it (``_run_by``, ``_Solve.late``),
-        and the LPs it solves in its own thread get what is left of it; once it has passed, no depth pair is branched on (its LP is its bound) and the best plan
-        comes back with its gap: without the union LP, the best start against the bound on every
-        plan (``bounds.lower_bound``). The model's build and the search always run (about 0.3-1 s
-        at 64 layers and 1.5-2.5 s at 128 on a 2-core machine).
+        and the LPs it solves in its own thread get what is left of it; once it has passed, no
+        depth pair is branched on (its LP is its bound) and the best plan comes back with its gap:
+        without the union LP, the best start against the bound on every plan
+        (``bounds.lower_bound``). The model's build and the search always run (about 0.3-1 s at 64
+        layers and 1.5-2.5 s at 128 on a 2-core machine).
       rel_gap: relative optimality gap at which the solve stops (``lt.plan`` uses the same default).
       warm_start: a Plan inside the decision space to start from (e.g. the best heuristic).
       objective: ``time`` (predicted step time) or ``memory`` (minimum peak device bytes, ignoring
@@ -3721,9 +3725,7 @@ def _highs_direct(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, 
     import numpy as np
     hc = _highs_object()
     options = dict(mip_rel_gap=float(rel_gap), mip_max_nodes=int(max_nodes), mip_lp_solver=root_lp,
-                   **HIGHS_MIP_OPTIONS)
-    if math.isfinite(time_limit_s):
-        options["time_limit"] = float(time_limit_s)
+                   **HIGHS_MIP_OPTIONS, **_time_limit(time_limit_s))
     h = _highs_model(cost, rows, lower, upper, integrality, options)
     if not _run_by(h, time_limit_s):
         return "none", None, None, -math.inf
@@ -3767,9 +3769,8 @@ def _highs_scipy(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, m
     from scipy.optimize import Bounds, LinearConstraint
     milp = _scipy_milp()
     constraints = [LinearConstraint(a, lo, hi) for a, lo, hi in rows]
-    options = dict(mip_rel_gap=rel_gap, node_limit=int(max_nodes), disp=False, presolve=False)
-    if math.isfinite(time_limit_s):
-        options["time_limit"] = float(time_limit_s)
+    options = dict(mip_rel_gap=rel_gap, node_limit=int(max_nodes), disp=False, presolve=False,
+                   **_time_limit(time_limit_s))
     res = milp(cost, constraints=constraints, integrality=integrality, bounds=Bounds(lower, upper), options=options)
     bound = getattr(res, "mip_dual_bound", None)
     if res.x is None:
