@@ -331,13 +331,16 @@ class FastModel:
         if any((a == "host") != (b == "host") for a, b in zip(old_keep, keep)):
             return self.state(tiers, keep, st["k"])
         tiers, keep, k = list(tiers), list(keep), st["k"]
-        seq, wc, block = st["seq"][:], st["wc"][:], dict(st["block"])
+        seq, block = st["seq"][:], dict(st["block"])
+        # what is re-timed: each window's length at depth 1, its loads for the chain at a deeper
+        # prefetch (the chain itself is played whole in _summed)
+        wc, timed = (st["loads"][:], self.loads) if self.deep else (st["wc"][:], self.window)
         cur = st["tiers"][:]
         assert (tiers[0], tiers[-1]) == (cur[0], cur[-1]), "the first and last boundaries never move"
         for l, pos in st["pos_b"].items():  # device residuals: only the backward item's compute
             if bool(keep[l]) != bool(old_keep[l]):
                 seq[pos] = (self.bwd[l + 1] if keep[l] else self.bwd_rc[l + 1],) + seq[pos][1:]
-                wc[pos] = self.window(seq, pos, cur)
+                wc[pos] = timed(seq, pos, cur)
         for i in range(1, self.L):
             t = tiers[i]
             if t == cur[i]:
@@ -348,7 +351,7 @@ class FastModel:
             n_new = len(new_block)
             shift = n_new - (b - a)
             seq[a:b] = new_block
-            wc[a:b] = [0.0] * n_new
+            wc[a:b] = [None] * n_new
             if shift:
                 for key, (x, y, z) in block.items():
                     if x >= b:
@@ -360,7 +363,9 @@ class FastModel:
                 block.pop(i, None)
                 block[s] = (a, a + n_new, e)
             for j in list(range(max(0, a - 2), min(len(seq), a + n_new + 2))) + [3 + i, 4 + i]:
-                wc[j] = self.window(seq, j, cur)
+                wc[j] = timed(seq, j, cur)
+        if self.deep:
+            return self._summed(tiers, keep, k, seq, None, block, loads=wc)
         return self._summed(tiers, keep, k, seq, wc, block)
 
     def _span(self, tiers, block, i):
@@ -385,9 +390,10 @@ class FastModel:
         first = self.segment_items(i, e, tiers, keep, k)
         return first + self.segment_items(s, i, tiers, keep, k), len(first)
 
-    def _summed(self, tiers, keep, k, seq, wc, block):
+    def _summed(self, tiers, keep, k, seq, wc, block, loads=None):
         """The state of (tiers, keep, k) from its items, their windows' lengths and its segments'
-        blocks (what :meth:`state` and :meth:`changed` share)."""
+        blocks (what :meth:`state` and :meth:`changed` share). At a deeper prefetch the lengths
+        come from the chain over the windows' ``loads`` (each window's, where not given)."""
         pos_b = {}
         for s, (start, end, e) in block.items():
             for off, l in enumerate(range(e - 1, s - 1, -1)):
@@ -396,7 +402,8 @@ class FastModel:
         top = sorted(((v, key) for key, v in ws.items()), reverse=True)[:3]  # a move replaces at most 2
         deep = {}
         if self.deep:
-            loads = [self.loads(seq, j, tiers) for j in range(len(seq))]
+            if loads is None:
+                loads = [self.loads(seq, j, tiers) for j in range(len(seq))]
             total, fwd, wc, pres, dones, prefix = self._chain(loads)
             deep = dict(loads=loads, pres=pres, dones=dones, prefix=prefix)
             fdone = fprefix = None

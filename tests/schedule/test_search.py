@@ -136,10 +136,11 @@ def test_incremental_models_at_a_deeper_prefetch_equal_timing_and_memory(num_lay
 
 @pytest.mark.parametrize("num_layers,shared,depth", [(9, False, 1), (24, False, 1), (9, True, 1), (24, False, 2)])
 def test_changed_states_and_kept_tier_moves_equal_whole_ones(num_layers, shared, depth):
-    # a walk of small changes (tier moves, adjacent ones too, and device residual toggles): the
-    # state built from the last one equals the one built whole, number for number, and every
-    # tier move timed from the kept local parts equals one timed with nothing kept (at depth 2,
-    # where nothing is kept and each move replays the chain, equals the whole state's time)
+    # a walk of small changes (tier moves, adjacent ones too, every fifth several apart, and
+    # device residual toggles): the state built from the last one equals the one built whole,
+    # number for number, and every tier move timed from the kept local parts equals one timed with
+    # nothing kept (at depth 2, where nothing is kept and each move replays the chain, equals the
+    # whole state's time)
     hw = Hardware.preset("h800", device_memory=70e9, **(dict(host_shares_device=True, host_opt_rate=1e9) if shared else {}))
     rng = random.Random(num_layers)
     costs = _heterogeneous_costs(rng, num_layers)
@@ -155,7 +156,10 @@ def test_changed_states_and_kept_tier_moves_equal_whole_ones(num_layers, shared,
     for step in range(40):
         tiers, keep = st["tiers"][:], st["keep"][:]
         first = rng.randint(1, L - 1)
-        for i in {first, min(L - 1, first + rng.randint(0, 1))}:
+        moves = {first, min(L - 1, first + rng.randint(0, 1))}
+        if step % 5 == 4:  # several apart at once, as a compound move makes room (_room_moves)
+            moves |= {rng.randint(1, L - 1) for _ in range(4)}
+        for i in sorted(moves):
             tiers[i] = rng.choice(options(i))
         l = rng.randrange(L)
         if keep[l] != "host" and step % 2:
