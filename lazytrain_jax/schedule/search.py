@@ -30,6 +30,7 @@ each decision by its share), and runs steps 2-4 from there: the solve's plan whe
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from lazytrain_jax.schedule import memory, steps
@@ -182,18 +183,39 @@ class FastModel:
         c, up, down, read, write, early = self._parts(seq, k_, tiers)
         return max(c, down / self.d2h, read / self.nr, write / self.nw), up, early
 
-    def _chain(self, loads):
+    def _chain(self, loads, old=None, first=0, last=-1, shift=0):
         """(total, forward total, lengths, uploads done ahead, optimizer seconds done, running sums)
         of the windows with loads ``loads`` (``loads``), as ``steps.windows`` plays them at a deeper
         prefetch: each window's upload link first does what is due (less what the window before did
         ahead), the window lasts as long as its busiest channel (the host optimizer's chain in the
         forward windows), and the link's idle time then takes the released part of the item after
-        next. The last four are per window (after it), what :meth:`_replay` restarts from."""
+        next. The last four are per window (after it), what :meth:`_replay` restarts from.
+
+        ``old``: a state whose windows before ``first`` have these loads, and whose windows after
+        ``last`` have those of the windows ``shift`` places later here (:meth:`changed`): the chain
+        starts at ``first`` from ``old``'s carry, and past ``last`` takes ``old``'s windows as they
+        are once its carry (uploads done ahead, the optimizer's progress) is back on their track.
+        The same numbers as played whole: the running sums add the same lengths in the same order."""
         F, step = self.F, self._step
-        done = pre = total = 0.0
-        lengths, pres, dones, prefix = [], [], [], [0.0]
-        for k, window in enumerate(loads):
-            t, pre, done = step(k, window, pre, done)
+        if old is not None and first > 0:
+            lengths, pres, dones = old["wc"][:first], old["pres"][:first], old["dones"][:first]
+            prefix = old["prefix"][:first + 1]
+            total, pre, done = prefix[-1], pres[-1], dones[-1]
+        else:
+            first, total, pre, done = 0, 0.0, 0.0, 0.0
+            lengths, pres, dones, prefix = [], [], [], [0.0]
+        for k in range(first, len(loads)):
+            if old is not None and k > last and k:
+                o = k - 1 - shift  # window k - 1 is old's window o: back on its track?
+                if pre == old["pres"][o] and (k >= F or done == old["dones"][o]):
+                    rest = old["wc"][o + 1:]
+                    lengths += rest
+                    pres += old["pres"][o + 1:]
+                    dones += old["dones"][o + 1:]
+                    prefix += itertools.islice(itertools.accumulate(rest, initial=total), 1, None)
+                    total = prefix[-1]
+                    break
+            t, pre, done = step(k, loads[k], pre, done)
             total += t
             lengths.append(t)
             pres.append(pre)
@@ -335,12 +357,14 @@ class FastModel:
         # what is re-timed: each window's length at depth 1, its loads for the chain at a deeper
         # prefetch (the chain itself is played whole in _summed)
         wc, timed = (st["loads"][:], self.loads) if self.deep else (st["wc"][:], self.window)
+        touched = set()  # the windows re-timed (where they are now)
         cur = st["tiers"][:]
         assert (tiers[0], tiers[-1]) == (cur[0], cur[-1]), "the first and last boundaries never move"
         for l, pos in st["pos_b"].items():  # device residuals: only the backward item's compute
             if bool(keep[l]) != bool(old_keep[l]):
                 seq[pos] = (self.bwd[l + 1] if keep[l] else self.bwd_rc[l + 1],) + seq[pos][1:]
                 wc[pos] = timed(seq, pos, cur)
+                touched.add(pos)
         for i in range(1, self.L):
             t = tiers[i]
             if t == cur[i]:
@@ -356,6 +380,7 @@ class FastModel:
                 for key, (x, y, z) in block.items():
                     if x >= b:
                         block[key] = (x + shift, y + shift, z)
+                touched = {j + shift if j >= b else j for j in touched}
             if t != "drop":
                 block[i] = (a, a + n_first, e)
                 block[s] = (a + n_first, a + n_new, i)
@@ -364,8 +389,11 @@ class FastModel:
                 block[s] = (a, a + n_new, e)
             for j in list(range(max(0, a - 2), min(len(seq), a + n_new + 2))) + [3 + i, 4 + i]:
                 wc[j] = timed(seq, j, cur)
+                touched.add(j)
         if self.deep:
-            return self._summed(tiers, keep, k, seq, None, block, loads=wc)
+            # the chain from the first window re-timed, and past the last one on the old track
+            resume = (st, min(touched, default=0), max(touched, default=-1), len(seq) - len(st["seq"]))
+            return self._summed(tiers, keep, k, seq, None, block, loads=wc, resume=resume)
         return self._summed(tiers, keep, k, seq, wc, block)
 
     def _span(self, tiers, block, i):
@@ -390,10 +418,11 @@ class FastModel:
         first = self.segment_items(i, e, tiers, keep, k)
         return first + self.segment_items(s, i, tiers, keep, k), len(first)
 
-    def _summed(self, tiers, keep, k, seq, wc, block, loads=None):
+    def _summed(self, tiers, keep, k, seq, wc, block, loads=None, resume=None):
         """The state of (tiers, keep, k) from its items, their windows' lengths and its segments'
         blocks (what :meth:`state` and :meth:`changed` share). At a deeper prefetch the lengths
-        come from the chain over the windows' ``loads`` (each window's, where not given)."""
+        come from the chain over the windows' ``loads`` (each window's, where not given), resumed
+        from a state where ``resume`` gives one (``_chain``'s old, first, last and shift)."""
         pos_b = {}
         for s, (start, end, e) in block.items():
             for off, l in enumerate(range(e - 1, s - 1, -1)):
@@ -404,7 +433,7 @@ class FastModel:
         if self.deep:
             if loads is None:
                 loads = [self.loads(seq, j, tiers) for j in range(len(seq))]
-            total, fwd, wc, pres, dones, prefix = self._chain(loads)
+            total, fwd, wc, pres, dones, prefix = self._chain(loads, *(resume or ()))
             deep = dict(loads=loads, pres=pres, dones=dones, prefix=prefix)
             fdone = fprefix = None
             bwd = total - fwd
