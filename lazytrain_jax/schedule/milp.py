@@ -133,6 +133,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import operator
 import os
 import pickle
 import select
@@ -1652,21 +1653,30 @@ def _highs_arrays(m: _Model, bound_rows: bool = True):
     if kept is not None and kept[0] == key and kept[1] is last:
         mats, cost, const = kept[2:]
     else:
-        parts = {"ub": ([], [], [], []), "eq": ([], [], [], [])}  # rows, cols, values, right-hand sides
+        # per kind: each row's sign, length and right-hand side, and all rows' columns and values
+        parts = {"ub": ([], [], [], [], []), "eq": ([], [], [], [], [])}
         skip = m.bound_rows if not bound_rows else ()
+        column = operator.attrgetter("idx")
         for i, expr in enumerate(m.rows):
             if i in skip:
                 continue
             sign = -1.0 if expr.sense == ">" else 1.0
-            rows, cols, vals, rhs = parts["eq" if expr.sense == "=" else "ub"]
-            r = len(rhs)
+            signs, lengths, rhs, cols, vals = parts["eq" if expr.sense == "=" else "ub"]
+            signs.append(sign)
+            lengths.append(len(expr.expr))
             rhs.append(-sign * expr.const)
-            for var, coef in expr.expr.items():
-                rows.append(r)
-                cols.append(var.idx)
-                vals.append(sign * coef)
-        mats = {k: (scipy.sparse.csr_matrix((v[2], (v[0], v[1])), shape=(len(v[3]), num_vars)), np.asarray(v[3]))
-                if v[3] else (None, None) for k, v in parts.items()}
+            cols.extend(map(column, expr.expr))
+            vals.extend(expr.expr.values())
+        mats = {}
+        for kind, (signs, lengths, rhs, cols, vals) in parts.items():
+            if not rhs:
+                mats[kind] = (None, None)
+                continue
+            lengths = np.array(lengths, dtype=np.int64)
+            values = np.array(vals, dtype=float) * np.repeat(np.array(signs), lengths)  # (sign · coefficient)
+            rows = np.repeat(np.arange(len(rhs)), lengths)
+            mats[kind] = (scipy.sparse.csr_matrix((values, (rows, np.array(cols, dtype=np.int64))),
+                                                  shape=(len(rhs), num_vars)), np.asarray(rhs))
         objective = m.objective
         cost = np.zeros(num_vars)
         for var, coef in objective.expr.items():
