@@ -834,6 +834,10 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                         terms = over(others, top) if j2 != i and variant == variants[0] else None
                         if terms is not None and terms.expr:
                             m.add_constr(_ge(t, weakened(bounds[i] + terms, [max(a, b) for a, b in zip(reaches, reaches2)])))
+        covering = [[] for _ in range(L - 1)]  # per j, the edges (s, e) with s <= j and e >= j + 2, in x's order
+        for (s, e), var in x.items():
+            for j in range(s, e - 1):
+                covering[j].append((s, e, var))
         for j in range(L - 1):
             t = window_time[f"RC{j}"]
             if isinstance(t, (int, float)):
@@ -841,13 +845,12 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # RC_j exists iff boundary j + 1 is dropped: one edge (s, e) covers it; s = j sends down
             # the gradients of the layer above the segment
             specs = []
-            for (s, e), var in x.items():
-                if s <= j and e >= j + 2:
-                    down = gprev(e) / d2h if s == j else 0.0
-                    specs.append(spec((f"RC{j}", s, e), var, j + 1,
-                                      lambda wd, ad, down=down: (max(fwd[j], up_time(j + 1, wd), down),
-                                                                 max(fwd[j], down)),
-                                      ("own",)))
+            for s, e, var in covering[j]:
+                down = gprev(e) / d2h if s == j else 0.0
+                specs.append(spec((f"RC{j}", s, e), var, j + 1,
+                                  lambda wd, ad, down=down: (max(fwd[j], up_time(j + 1, wd), down),
+                                                             max(fwd[j], down)),
+                                  ("own",)))
             for variant in (variants if not union else [(2, 2), (1, 2)]) if specs else ():  # (no activation depth here)
                 reaches = reach(specs, variant, 0.0)
                 if variant != variants[0] and not any(c > 0 for c in reaches):
