@@ -36,19 +36,21 @@
   search    ``search.heuristic_plan`` (the solve's start, pure Python) on instances at --layers: "random"
             (``instance``) or a varied seed (an integer): the median and spread of five runs, and the plan's
             predicted step
+  polish    each ``search.polish`` one ``milp.solve`` makes on those instances (its rounding's plan,
+            its neighbourhoods'), replayed alone: the median and spread of five runs each
   builds    ``milp.build``'s seconds on the random row of ``planner.py`` at --layers: the union model
             and each depth pair's, median of five, and the models' sizes (to compare two commits)
   shapes    ``milp.solve`` on real model shapes at --layers layers (``shape_instances``: every model
             preset of 3-32B on each hardware preset, at the device's own memory and at a budget with
             room for a third of the boundaries; --seeds filters by label substring): seconds, gap, proof
 
-Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|search|shapes|
+Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|search|polish|shapes|
      shape-lps|pair-lps|lp-paths|leftover|builds] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds ...] [--no-preprocess]
 
 --seeds by probe: seeds and root take random instances SEED:NVME (default 7:1 8:1 9:1 8:0 11:0);
 varied, varied-lps and kept take varied seeds, plain integers (default 0 ... 39, the family the
-planner's aims are quoted on); search takes "random" or varied seeds (default random); shapes,
+planner's aims are quoted on); search and polish take "random" or varied seeds (default random); shapes,
 shape-lps and pair-lps take label substrings (default: every shape). The other probes ignore
 --seeds.
 """
@@ -305,6 +307,34 @@ def search_time(args):
               f"(min {min(times):.3f}, max {max(times):.3f}), plan {step}", flush=True)
 
 
+def polish_time(args):
+    """Each ``search.polish`` a solve makes (its rounding's and its neighbourhoods' plans), replayed
+    alone: the median and spread of five runs each, and the plan it gives."""
+    from lazytrain_jax.schedule import search
+    for spec in args.seeds:
+        c, hw = instance(args.layers) if spec == "random" else varied_instance(int(spec), args.layers)[:2]
+        calls, polish = [], search.polish
+
+        def caught(plan, **kw):
+            calls.append((plan, kw))
+            return polish(plan, **kw)
+        search.polish = caught
+        try:
+            milp.solve(c, hw, warm_start=best_heuristic(c, hw), rel_gap=1e-2)
+        finally:
+            search.polish = polish
+        for n, (plan, kw) in enumerate(calls):
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                q = polish(plan, **kw)
+                times.append(time.perf_counter() - t)
+            print(f"polish {n + 1} of {len(calls)}, {spec}, {args.layers} layers, depths "
+                  f"({plan.weight_prefetch_depth}, {plan.act_prefetch_depth}): median {statistics.median(times):.3f} s "
+                  f"(min {min(times):.3f}, max {max(times):.3f}), {plan.predicted_step_time_s:.4f} -> "
+                  f"{q.predicted_step_time_s:.4f} s", flush=True)
+
+
 def varied_lps(args):
     for spec in args.seeds:
         c, hw, _ = varied_instance(int(spec), args.layers)
@@ -511,7 +541,8 @@ RANDOM_FORM = ("random instances SEED:NVME (integers)", r"\d+:\d+", ["7:1", "8:1
 VARIED_FORM = ("varied seeds (non-negative integers)", r"\d+", [str(seed) for seed in range(40)])
 SEED_FORMS = {"seeds": RANDOM_FORM, "root": RANDOM_FORM, "varied": VARIED_FORM, "varied-lps": VARIED_FORM,
               "kept": VARIED_FORM,
-              "search": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"])}
+              "search": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"]),
+              "polish": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"])}
 
 
 def checked_seeds(ap, probe: str, given):
@@ -533,7 +564,8 @@ def checked_seeds(ap, probe: str, given):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept",
-                                          "search", "shapes", "shape-lps", "pair-lps", "lp-paths", "leftover", "builds"])
+                                          "search", "polish", "shapes", "shape-lps", "pair-lps", "lp-paths", "leftover",
+                                          "builds"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
@@ -544,7 +576,7 @@ def main():
     args = ap.parse_args()
     args.seeds = checked_seeds(ap, args.probe, args.seeds)
     {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
-     "varied-lps": varied_lps, "kept": kept, "search": search_time, "shapes": shapes, "shape-lps": shape_lps, "pair-lps": pair_lps,
+     "varied-lps": varied_lps, "kept": kept, "search": search_time, "polish": polish_time, "shapes": shapes, "shape-lps": shape_lps, "pair-lps": pair_lps,
      "lp-paths": lp_paths, "builds": builds,
      "leftover": leftover}[args.probe](args)
 
