@@ -355,7 +355,7 @@ class FastModel:
         tiers, keep, k = list(tiers), list(keep), st["k"]
         seq, block = st["seq"][:], dict(st["block"])
         # what is re-timed: each window's length at depth 1, its loads for the chain at a deeper
-        # prefetch (the chain itself is played whole in _summed)
+        # prefetch (the chain itself is played in _summed, from st's where it can: _chain)
         wc, timed = (st["loads"][:], self.loads) if self.deep else (st["wc"][:], self.window)
         touched = set()  # the windows re-timed (where they are now)
         cur = st["tiers"][:]
