@@ -469,27 +469,33 @@ class FastModel:
         tiers = st["tiers"]
         if self.deep:
             return self._try_tier_deep(st, i, t)
-        old = tiers[i]
         s, e, a, b = self._span(tiers, st["block"], i)
-        seq = st["seq"]
-        n, F = len(seq), self.F
-        # what the local part reads: the items around the rebuilt segments (each carries its
-        # boundary's tier), the forward items the two forward windows read, the tiers of the
-        # boundaries forward items send down (i's neighbours; the last ones where the segments
-        # border the forward pass)
-        key = (i, t, old, s, e, tiers[s], st["k"], tuple(st["keep"][s:e]), min(a - F, 4), min(n - b, 4),
-               tuple(seq[a - 4:a] + seq[b:b + 4] + seq[1 + i:7 + i]), tiers[i - 1], tiers[i + 1],
-               tuple(tiers[-3:]) if a - F < 4 else None)
+        key = self._tier_key(st, i, t, s, e, a, b)
         local = self._tier_cache.get(key)
         if local is None:
-            local = self._tier_local(st, i, t, s, e, a, b)
-            if len(self._tier_cache) >= TIER_CACHE_ENTRIES:
-                self._tier_cache.clear()
-            self._tier_cache[key] = local
+            local = self._kept(key, self._tier_local(st, i, t, s, e, a, b))
         new_fwd, old_bwd, new_bwd, new_ws = local
         bwd = st["bwd"] - old_bwd + new_bwd
         fwd = self._forward_changed(st, new_fwd)
         return fwd + bwd, self._tier_peak(st, i, t, s, new_ws)
+
+    def _tier_key(self, st, i, t, s, e, a, b) -> tuple:
+        """What the local part of a move of boundary i to tier t reads (kept boundaries s and e
+        around it, its rebuilt items at [a, b)): the items around the rebuilt segments (each
+        carries its boundary's tier), the forward items the two forward windows read, the tiers of
+        the boundaries forward items send down (i's neighbours; the last ones where the segments
+        border the forward pass), and the rebuilt segments' own inputs."""
+        tiers, seq, F = st["tiers"], st["seq"], self.F
+        return (i, t, tiers[i], s, e, tiers[s], st["k"], tuple(st["keep"][s:e]), min(a - F, 4),
+                min(len(seq) - b, 4), tuple(seq[a - 4:a] + seq[b:b + 4] + seq[1 + i:7 + i]), tiers[i - 1],
+                tiers[i + 1], tuple(tiers[-3:]) if a - F < 4 else None)
+
+    def _kept(self, key, local):
+        """``local`` kept for ``key`` (at most ``TIER_CACHE_ENTRIES``, then all dropped)."""
+        if len(self._tier_cache) >= TIER_CACHE_ENTRIES:
+            self._tier_cache.clear()
+        self._tier_cache[key] = local
+        return local
 
     def _tier_ws(self, s, i, e, new_tiers):
         """The working sets of the segments a move of boundary i (to ``new_tiers[i]``) rebuilds
@@ -511,17 +517,30 @@ class FastModel:
         i's tier get their loads again, and the chain is replayed from them (:meth:`_replay`)."""
         tiers = st["tiers"]
         s, e, a, b = self._span(tiers, st["block"], i)
-        new_tiers = tiers[:]
-        new_tiers[i] = t
-        new_block, _ = self._rebuilt(s, i, e, new_tiers, st["keep"], st["k"])
+        # the loads of the windows the move changes read what the local part at depth 1 reads:
+        # kept per the same key (the rebuilt items, the loads of the windows around them from
+        # their first, those of the two forward windows, the rebuilt segments' working sets)
+        key = self._tier_key(st, i, t, s, e, a, b)
+        local = self._tier_cache.get(key)
+        if local is None:
+            new_tiers = tiers[:]
+            new_tiers[i] = t
+            new_block, _ = self._rebuilt(s, i, e, new_tiers, st["keep"], st["k"])
+            seq = st["seq"][:a] + new_block + st["seq"][b:]
+            lo, hi = max(0, a - 2), min(len(seq), a + len(new_block) + 2)
+            near = [self.loads(seq, j, new_tiers) for j in range(lo, hi)]
+            far = [(j, self.loads(seq, j, new_tiers)) for j in (3 + i, 4 + i) if not lo <= j < hi]
+            local = self._kept(key, (new_block, lo - a, near, far, self._tier_ws(s, i, e, new_tiers)))
+        new_block, off, near, far, new_ws = local
         n_new = len(new_block)
-        seq = st["seq"][:a] + new_block + st["seq"][b:]
         loads = st["loads"][:a] + [None] * n_new + st["loads"][b:]
-        changed = sorted(set(range(max(0, a - 2), min(len(seq), a + n_new + 2))) | {3 + i, 4 + i})
-        for j in changed:
-            loads[j] = self.loads(seq, j, new_tiers)
+        lo = a + off
+        loads[lo:lo + len(near)] = near
+        for j, value in far:
+            loads[j] = value
+        changed = sorted(set(range(lo, lo + len(near))) | {j for j, _ in far})
         total = self._replay(st, loads, changed, a, n_new, n_new - (b - a))
-        return total, self._tier_peak(st, i, t, s, self._tier_ws(s, i, e, new_tiers))
+        return total, self._tier_peak(st, i, t, s, new_ws)
 
     def _tier_local(self, st, i, t, s, e, a, b):
         """The local part of :meth:`try_tier`: ({forward window: new length}, the old and new

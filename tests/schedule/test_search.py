@@ -136,11 +136,11 @@ def test_incremental_models_at_a_deeper_prefetch_equal_timing_and_memory(num_lay
 
 @pytest.mark.parametrize("num_layers,shared,depth", [(9, False, 1), (24, False, 1), (9, True, 1), (24, False, 2)])
 def test_changed_states_and_kept_tier_moves_equal_whole_ones(num_layers, shared, depth):
-    # a walk of small changes (tier moves, adjacent ones too, every fifth several apart, and
-    # device residual toggles): the state built from the last one equals the one built whole,
-    # number for number, and every tier move timed from the kept local parts equals one timed with
-    # nothing kept (at depth 2, where nothing is kept and each move replays the chain, equals the
-    # whole state's time)
+    # a walk of small changes (tier moves, adjacent ones too, every fifth several apart, device
+    # residual toggles, every third a nearby layer's residuals to or from the host): the state
+    # built from the last one equals the one built whole, number for number, and every tier move
+    # timed from the kept local parts equals one timed with nothing kept (at depth 2 the kept
+    # parts are the changed windows' loads, and each move's time also equals the whole state's)
     hw = Hardware.preset("h800", device_memory=70e9, **(dict(host_shares_device=True, host_opt_rate=1e9) if shared else {}))
     rng = random.Random(num_layers)
     costs = _heterogeneous_costs(rng, num_layers)
@@ -164,6 +164,9 @@ def test_changed_states_and_kept_tier_moves_equal_whole_ones(num_layers, shared,
         l = rng.randrange(L)
         if keep[l] != "host" and step % 2:
             keep[l] = not keep[l]
+        if step % 3 == 2:  # a layer near the moves to or from the host: its forward item changes too
+            near = min(L - 2, first + rng.randint(-2, 3))
+            keep[near] = True if keep[near] == "host" else "host"
         st = fm.changed(st, tiers, keep)
         whole = fm.state(tiers, keep, st["k"])
         assert st.keys() == whole.keys()
