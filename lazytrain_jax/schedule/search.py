@@ -518,8 +518,8 @@ class FastModel:
         tiers = st["tiers"]
         s, e, a, b = self._span(tiers, st["block"], i)
         # the loads of the windows the move changes read what the local part at depth 1 reads:
-        # kept per the same key (the rebuilt items, the loads of the windows around them from
-        # their first, those of the two forward windows, the rebuilt segments' working sets)
+        # kept per the same key (how many items are rebuilt, the loads of the windows around them
+        # from their first, those of the two forward windows, the rebuilt segments' working sets)
         key = self._tier_key(st, i, t, s, e, a, b)
         local = self._tier_cache.get(key)
         if local is None:
@@ -530,9 +530,8 @@ class FastModel:
             lo, hi = max(0, a - 2), min(len(seq), a + len(new_block) + 2)
             near = [self.loads(seq, j, new_tiers) for j in range(lo, hi)]
             far = [(j, self.loads(seq, j, new_tiers)) for j in (3 + i, 4 + i) if not lo <= j < hi]
-            local = self._kept(key, (new_block, lo - a, near, far, self._tier_ws(s, i, e, new_tiers)))
-        new_block, off, near, far, new_ws = local
-        n_new = len(new_block)
+            local = self._kept(key, (len(new_block), lo - a, near, far, self._tier_ws(s, i, e, new_tiers)))
+        n_new, off, near, far, new_ws = local
         loads = st["loads"][:a] + [None] * n_new + st["loads"][b:]
         lo = a + off
         loads[lo:lo + len(near)] = near
