@@ -514,7 +514,8 @@ class FastModel:
 
     def _try_tier_deep(self, st, i, t):
         """:meth:`try_tier` at a deeper prefetch: the windows that read a rebuilt item or boundary
-        i's tier get their loads again, and the chain is replayed from them (:meth:`_replay`)."""
+        i's tier get their loads again (kept per what they read, ``_tier_key``, as the local part
+        at depth 1 is), and the chain is replayed from them (:meth:`_replay`)."""
         tiers = st["tiers"]
         s, e, a, b = self._span(tiers, st["block"], i)
         # the loads of the windows the move changes read what the local part at depth 1 reads:
