@@ -293,15 +293,26 @@ def varied(args):
     print_summary(f"varied, {args.layers} layers", runs)
 
 
+def _five_runs(fn):
+    """``fn()`` run five times: (its last value, the seconds of each run)."""
+    seconds = []
+    for _ in range(5):
+        t = time.perf_counter()
+        value = fn()
+        seconds.append(time.perf_counter() - t)
+    return value, seconds
+
+
+def _search_instance(spec, layers):
+    """(Costs, Hardware) of a ``search``/``polish`` seed: "random" (``instance``) or a varied seed."""
+    return instance(layers) if spec == "random" else varied_instance(int(spec), layers)[:2]
+
+
 def search_time(args):
     from lazytrain_jax.schedule import search
     for spec in args.seeds:
-        c, hw = instance(args.layers) if spec == "random" else varied_instance(int(spec), args.layers)[:2]
-        times = []
-        for _ in range(5):
-            t = time.perf_counter()
-            p = search.heuristic_plan(c, hw)
-            times.append(time.perf_counter() - t)
+        c, hw = _search_instance(spec, args.layers)
+        p, times = _five_runs(lambda: search.heuristic_plan(c, hw))
         step = f"{p.predicted_step_time_s:.4f} s" if p is not None else "none fits"
         print(f"search, {spec}, {args.layers} layers: median {statistics.median(times):.3f} s "
               f"(min {min(times):.3f}, max {max(times):.3f}), plan {step}", flush=True)
@@ -312,7 +323,7 @@ def polish_time(args):
     alone: the median and spread of five runs each, and the plan it gives."""
     from lazytrain_jax.schedule import search
     for spec in args.seeds:
-        c, hw = instance(args.layers) if spec == "random" else varied_instance(int(spec), args.layers)[:2]
+        c, hw = _search_instance(spec, args.layers)
         calls, polish = [], search.polish
 
         def caught(plan, **kw):
@@ -324,11 +335,7 @@ def polish_time(args):
         finally:
             search.polish = polish
         for n, (plan, kw) in enumerate(calls):
-            times = []
-            for _ in range(5):
-                t = time.perf_counter()
-                q = polish(plan, **kw)
-                times.append(time.perf_counter() - t)
+            q, times = _five_runs(lambda: polish(plan, **kw))
             print(f"polish {n + 1} of {len(calls)}, {spec}, {args.layers} layers, depths "
                   f"({plan.weight_prefetch_depth}, {plan.act_prefetch_depth}): median {statistics.median(times):.3f} s "
                   f"(min {min(times):.3f}, max {max(times):.3f}), {plan.predicted_step_time_s:.4f} -> "
@@ -469,11 +476,7 @@ def builds(args):
     c, hw = instance(args.layers)
     for label, kw in [("union", dict(union=True))] + [(f"depths {dw},{da}", dict(weight_prefetch_depth=dw, act_prefetch_depth=da))
                                                      for dw, da in milp.MILP_DEPTHS]:
-        seconds = []
-        for _ in range(5):
-            t = time.perf_counter()
-            b = milp.build(c, hw, **kw)
-            seconds.append(time.perf_counter() - t)
+        b, seconds = _five_runs(lambda: milp.build(c, hw, **kw))
         m = b.model
         print(f"{args.layers} layers, {label:12s}: build {statistics.median(seconds):.3f} s (median of 5; "
               f"{min(seconds):.3f}-{max(seconds):.3f}), {m.num_cols} columns, {m.num_rows} rows, {m.num_nz} nonzeros")
