@@ -1062,8 +1062,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         m.add_constr(_le(xs(c * z for c, z in host_terms), hardware.host_memory / unit))
         _rounded_knapsack(m, host_terms, hardware.host_memory / unit)
     if nv:
-        m.add_constr(_le(xs(a[i] * nv[i] for i in nv), hardware.nvme_memory / unit))
-        _rounded_knapsack(m, [(a[i], nv[i]) for i in nv], hardware.nvme_memory / unit)
+        # the NVMe knapsack's capacity times "some boundary is on NVMe" (any_nv, which pays the host's
+        # staging buffers): valid, since with any_nv 0 no boundary is there; without it the LP paid
+        # the staging only at the largest single NVMe share (any_nv ≥ nv_i), e.g. 0.115 of it where
+        # the LP spread eight boundaries over 70 (Llama-3-70B shape on an H800, batch 238)
+        some = any_nv if (host or off) else None
+        m.add_constr(_le(xs(a[i] * nv[i] for i in nv), _times(hardware.nvme_memory / unit, some)))
+        _rounded_knapsack(m, [(a[i], nv[i]) for i in nv], hardware.nvme_memory / unit, some)
     if tighten_rows:
         _tighten_window_rows(m, T)
     if objective == "memory":
@@ -1140,15 +1145,22 @@ def _tighten_window_rows(m: _Model, windows) -> int:
     return changed
 
 
-def _rounded_knapsack(m, terms, capacity):
+def _times(capacity: float, indicator=None):
+    """``capacity``, or ``capacity · indicator`` (a binary that must be 1 for anything to use it)."""
+    return capacity if indicator is None else capacity * indicator
+
+
+def _rounded_knapsack(m, terms, capacity, indicator=None):
     """Chvátal–Gomory rounding of Σ a·z ≤ capacity over integer z ≥ 0 with the divisor the least
-    positive a: Σ ⌊a / a_min⌋·z ≤ ⌊capacity / a_min⌋ (valid; it cuts the fractional fill-up)."""
+    positive a: Σ ⌊a / a_min⌋·z ≤ ⌊capacity / a_min⌋ (valid; it cuts the fractional fill-up), the
+    right-hand side times ``indicator`` where one is given (a binary that is 1 wherever a z is)."""
     terms = [(a, z) for a, z in terms if a > 0]
     if len(terms) < 2:
         return
     unit = min(a for a, _ in terms)
     # a relative epsilon keeps exact multiples (homogeneous layers) from rounding down
-    m += linear.xsum(math.floor(a / unit * (1 + 1e-12)) * z for a, z in terms) <= math.floor(capacity / unit * (1 + 1e-12))
+    m.add_constr(_le(linear.xsum(math.floor(a / unit * (1 + 1e-12)) * z for a, z in terms),
+                     _times(math.floor(capacity / unit * (1 + 1e-12)), indicator)))
 
 
 def lp_bound(costs, hardware, **build_kw) -> float:
