@@ -13,7 +13,7 @@ import heapq
 import math
 import time
 
-from lazytrain_jax.schedule import heuristics, memory, milp, search, timing
+from lazytrain_jax.schedule import heuristics, least_peak, memory, milp, search, timing
 from lazytrain_jax.schedule.costs import Costs, analytic_costs
 from lazytrain_jax.schedule.hardware import Hardware, as_hardware, check_positive_int
 from lazytrain_jax.schedule.plan import Plan
@@ -95,12 +95,15 @@ _NOT_GIVEN = object()
 def plan_for_costs(costs: Costs, hardware: Hardware, cutoff: float | None = None, stats: dict | None = None,
                    heuristic=_NOT_GIVEN, **solver_kw) -> Plan | None:
     """The MILP plan for fixed Costs, warm-started from the best fitting heuristic (None if none fits,
-    or none beats ``cutoff``). ``stats``: ``milp.solve``'s (its ``bound`` among them).
+    or none beats ``cutoff``; where the interior boundaries are all one size, None at once when the
+    least-peak plan does not fit). ``stats``: ``milp.solve``'s (its ``bound`` among them).
     ``heuristic``: ``best_heuristic(costs, hardware)`` where the caller has it already (None: none
     fits), so it is not computed twice."""
     if heuristic is _NOT_GIVEN:
         heuristic = best_heuristic(costs, hardware)
     warm = heuristic or fitting_start(costs, hardware, **solver_kw)
+    if warm is None and least_peak.uniform_boundaries(costs):
+        return None  # the least-peak plan does not fit (fitting_start): no plan does
     if warm is not None and cutoff is not None and warm.predicted_step_time_s >= cutoff:
         warm = None
     solved = milp.solve(costs, hardware, warm_start=warm, cutoff=cutoff, stats=stats, **solver_kw)
@@ -112,14 +115,20 @@ def plan_for_costs(costs: Costs, hardware: Hardware, cutoff: float | None = None
 def fitting_start(costs: Costs, hardware: Hardware, **solver_kw) -> Plan | None:
     """A plan that fits wherever one exists, for the MILP to start from where no heuristic fits
     (budgets near the least peak, where its branch and bound may end its node budget with no plan):
-    the memory-first search's plan, else the least-peak of ``search.spaced_checkpoints``, else the
-    first fitting plan of the MILP with the memory
+    the memory-first search's plan, else the least-peak plan (``least_peak.least_peak_plan``, exact
+    where the interior boundaries are all one size: every real model), else the least-peak of
+    ``search.spaced_checkpoints``, else the first fitting plan of the MILP with the memory
     objective (``milp.first_fitting``, which needs no feasible start). None when nothing fits."""
     space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail", "residual_offload")
              if k in solver_kw}
+    least = least_peak.least_peak_plan(costs, hardware, space.get("max_segment_length", 8))
+    if least is not None and not least.fits():
+        return None  # the least peak, exactly (one boundary size): it does not fit, so nothing does
     found = search.heuristic_plan(costs, hardware, max_evaluations=0, memory_first=True, **space)
     if found is not None and found.fits():
         return found
+    if least is not None:
+        return least
     found = search.spaced_checkpoints(costs, hardware, space.get("max_segment_length", 8))
     return found if found is not None else milp.first_fitting(costs, hardware, **solver_kw)
 
@@ -179,6 +188,8 @@ def best_over_micro_batches(candidates, **solver_kw) -> Plan | None:
         c = heapq.heappop(open_)
         bound, _, _, refined, costs, hardware, tokens = c
         if refine and not refined:
+            if least_peak.uniform_boundaries(costs) and not _fits(costs, hardware, solver_kw):
+                continue  # its least-peak plan does not fit (exact): no plan for this candidate
             c[0], c[3] = max(bound, milp.lp_bound(costs, hardware, **space) / tokens), True
             heapq.heappush(open_, c)
             continue
@@ -248,10 +259,17 @@ def min_device_bytes(config, hardware, batch_size, seq_len, *, grad_dtype="bfloa
     """The smallest peak device memory of any plan for this batch (default: the most micro-batches).
     ``costs_for(batch, micro_batches)``: the Costs (default: analytic)."""
     costs = _batch_costs(config, hardware, batch_size, seq_len, grad_dtype, num_micro_batches, costs_for)
-    if costs is None:
-        return float("inf")
-    roomy = hardware.replace(device_memory=1e30)
-    solved = milp.solve(costs, roomy, objective="memory", **solver_kw)
+    return float("inf") if costs is None else least_device_bytes(costs, hardware, **solver_kw)
+
+
+def least_device_bytes(costs, hardware, **solver_kw) -> float:
+    """The smallest peak device memory of any plan for ``costs`` within ``hardware``'s host and NVMe
+    room: ``least_peak.least_peak_plan`` where the interior boundaries are all one size, else the
+    MILP with the memory objective (inf where it finds none)."""
+    if least_peak.uniform_boundaries(costs):
+        return least_peak.least_peak_plan(costs, hardware, solver_kw.get("max_segment_length", 8)
+                                          ).predicted_peak_device_bytes
+    solved = milp.solve(costs, hardware.replace(device_memory=1e30), objective="memory", **solver_kw)
     return float("inf") if solved is None else solved.predicted_peak_device_bytes
 
 
@@ -265,8 +283,11 @@ def fits_by_milp(config, hardware, batch_size, seq_len, *, grad_dtype="bfloat16"
 
 
 def _fits(costs, hardware, solver_kw) -> bool:
-    """Some plan fits ``costs``: the searches' (cheap), else the MILP's first fitting plan."""
+    """Some plan fits ``costs``: the least-peak plan fits (exact, where the interior boundaries are
+    all one size), else the searches' (cheap), else the MILP's first fitting plan."""
     space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
+    if least_peak.uniform_boundaries(costs):
+        return least_peak.least_peak_plan(costs, hardware, space.get("max_segment_length", 8)).fits()
     return _fits_by_search(costs, hardware, **space) or _fits_by_milp(costs, hardware, **solver_kw)
 
 
@@ -362,11 +383,7 @@ def plan(model, hardware: Hardware | str = "rtx3090", *, batch_size: int | str =
         result = plan_for_costs(model, hw, **solver_kw)
         if result is None:
             constant = sum(memory.constant_bytes(model, hw).values())
-            if constant > hw.device_memory:
-                need = constant
-            else:
-                solved = milp.solve(model, hw.replace(device_memory=1e30), objective="memory", **solver_kw)
-                need = float("inf") if solved is None else solved.predicted_peak_device_bytes
+            need = constant if constant > hw.device_memory else least_device_bytes(model, hw, **solver_kw)
             raise NoPlanFits(f"no plan for these Costs ({model.model_name}, batch_size={model.batch_size}, "
                              f"seq_len={model.seq_len}, num_micro_batches={model.num_micro_batches}) fits {hw.name}: "
                              f"it needs at least {_size(need)} of device memory "

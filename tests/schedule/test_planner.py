@@ -290,9 +290,9 @@ def test_one_layer_model_plans_under_a_tight_budget():
 def test_a_plan_is_returned_wherever_one_fits(monkeypatch):
     """Near the least peak no heuristic fits and the MILP's node budget may end without a plan;
     ``plan_for_costs`` then starts from a fitting plan (the memory-first search's, else the
-    first fitting plan of the memory MILP) and returns a fitting plan whenever one exists, None only
-    below the least peak."""
-    from lazytrain_jax.schedule import api, milp, search
+    least-peak plan, else the first fitting plan of the memory MILP) and returns a fitting plan
+    whenever one exists, None only below the least peak."""
+    from lazytrain_jax.schedule import api, least_peak, milp, search
     cfg = get_preset("qwen2.5-0.5b")
     hw = Hardware.preset("rtx3090", device_margin=0.0, host_memory=0.0)  # no host tier: no offload_all_host
     costs = analytic_costs(cfg, batch_size=4, seq_len=1024, device_flops=hw.device_flops)
@@ -301,9 +301,14 @@ def test_a_plan_is_returned_wherever_one_fits(monkeypatch):
     assert api.best_heuristic(costs, tight) is None          # no heuristic fits there
     start = api.fitting_start(costs, tight)
     assert start is not None and start.fits() and start.predicted_peak_device_bytes <= tight.device_memory
-    # the searches finding nothing: the memory MILP's first plan under this budget
+    # the searches finding nothing: the least-peak plan (one boundary size), else the memory
+    # MILP's first plan under this budget
     monkeypatch.setattr(search, "heuristic_plan", lambda *a, **k: None)
     monkeypatch.setattr(search, "spaced_checkpoints", lambda *a, **k: None)
+    start = api.fitting_start(costs, tight)
+    assert start.name == "least-peak" and start.fits() and start.hardware == tight
+    assert api.fitting_start(costs, hw.replace(device_memory=0.999 * least)) is None
+    monkeypatch.setattr(least_peak, "least_peak_plan", lambda *a, **k: None)
     start = api.fitting_start(costs, tight)
     assert start.name == "first-fitting" and start.fits() and start.hardware == tight
     assert api.fitting_start(costs, hw.replace(device_memory=0.999 * least)) is None
