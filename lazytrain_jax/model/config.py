@@ -342,6 +342,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "llama3-8b": _preset(model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
                          num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=500000.0,
                          rms_norm_eps=1e-5, max_position_embeddings=8192),
+    "llama3-70b": _preset(model_type="llama", vocab_size=128256, hidden_size=8192, intermediate_size=28672,
+                          num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128, rope_theta=500000.0,
+                          rms_norm_eps=1e-5, max_position_embeddings=8192),
     # The size of the paper's 27B setting (64 layers, hidden 5120, ~26.7B parameters, vocab of the
     # Qwen3.5/3.6 family) with every layer a full-attention decoder layer: the dense stand-in the
     # planner used before the hybrid family existed (``qwen3.6-27b`` is the real shape). Kept for
