@@ -59,27 +59,29 @@ def check_least_peak_plan(plan, costs, hw, max_segment_length):
     assert plan.predicted_peak_nvme_bytes <= hw.nvme_memory * (1 + 1e-9)
 
 
+def least_peak_cases(seed, count, layers, segment_limits):
+    """``count`` uniform instances (layers and segment limit drawn from the ranges), each with its
+    least-peak plan, checked: ``(trial, costs, hw, S, plan)``."""
+    rng = random.Random(seed)
+    for trial in range(count):
+        costs, hw = uniform_instance(rng, rng.randint(*layers))
+        S = rng.randint(*segment_limits)
+        plan = least_peak.least_peak_plan(costs, hw, S)
+        check_least_peak_plan(plan, costs, hw, S)
+        yield trial, costs, hw, S, plan
+
+
 def test_least_peak_equals_enumeration():
     """Every tier assignment of 3-7 layers enumerated (segment limits 2-8): the same least peak,
     on 40 instances, and the plan returned is within the host's and NVMe's room."""
-    rng = random.Random(7)
-    for trial in range(40):
-        costs, hw = uniform_instance(rng, rng.randint(3, 7))
-        S = rng.randint(2, 8)
-        plan = least_peak.least_peak_plan(costs, hw, S)
-        check_least_peak_plan(plan, costs, hw, S)
+    for trial, costs, hw, S, plan in least_peak_cases(7, 40, (3, 7), (2, 8)):
         want = enumerated_least_peak(costs, hw, S)
         assert plan.predicted_peak_device_bytes == pytest.approx(want, rel=1e-12), (trial, S, plan.boundary_tiers)
 
 
 def test_least_peak_equals_the_memory_milp():
     """The MILP with the memory objective (proved optimal) on 8-16 layers: the same least peak."""
-    rng = random.Random(11)
-    for trial in range(8):
-        costs, hw = uniform_instance(rng, rng.randint(8, 16))
-        S = rng.randint(3, 8)
-        plan = least_peak.least_peak_plan(costs, hw, S)
-        check_least_peak_plan(plan, costs, hw, S)
+    for trial, costs, hw, S, plan in least_peak_cases(11, 8, (8, 16), (3, 8)):
         solved = milp.solve(costs, hw, objective="memory", max_segment_length=S, rel_gap=0.0, time_limit_s=60)
         assert solved.solver_status == "optimal", trial
         assert plan.predicted_peak_device_bytes == pytest.approx(solved.predicted_peak_device_bytes, rel=1e-9), trial
