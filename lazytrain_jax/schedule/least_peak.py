@@ -68,7 +68,12 @@ def least_peak_plan(costs, hardware, max_segment_length: int = 8) -> Plan | None
             continue
         ch = min(L, math.floor(host_room / a * (1 + 1e-12)))
         cn = min(L, math.floor(hardware.nvme_memory / a * (1 + 1e-12))) if use_nvme else 0
-        for w in range(S + 1):
+        for w in range(S, -1, -1):
+            # at least ⌈L / (w + 1)⌉ segments (at most S), so that many boundaries less one kept, at
+            # most ch + cn of them off the device: a cap that cannot beat the best so far is skipped
+            fewest = -(-L // min(S, w + 1)) - 1 - ch - cn
+            if best is not None and w + max(0, fewest) >= best[0]:
+                continue
             found = _fewest_on_device(L, S, w, ch, cn, opts, use_nvme)
             if found is not None and (best is None or found[0] + w < best[0]):
                 best = (found[0] + w, found[1])
