@@ -182,28 +182,45 @@ def best_over_micro_batches(candidates, **solver_kw) -> Plan | None:
     refine = len(open_) > 1  # a lone candidate needs no LP to be ordered
     heapq.heapify(open_)
     best, best_tpt, closed = None, float("inf"), []  # closed: the solved candidates' bounds per token
-    while open_:
-        if best is not None and open_[0][0] >= best_tpt * (1 - rel_gap) - 1e-15:
-            break  # no candidate left can improve by more than the tolerance
-        c = heapq.heappop(open_)
-        bound, _, _, refined, costs, hardware, tokens = c
-        if refine and not refined:
-            if least_peak.uniform_boundaries(costs) and not _fits(costs, hardware, solver_kw):
-                continue  # its least-peak plan does not fit (exact): no plan for this candidate
-            c[0], c[3] = max(bound, milp.lp_bound(costs, hardware, **space) / tokens), True
-            heapq.heappush(open_, c)
-            continue
-        stats = {}
-        solved = plan_for_costs(costs, hardware, cutoff=best_tpt * tokens if best is not None else None,
-                                stats=stats, heuristic=heuristics_of[c[2]], **solver_kw)
-        if solved is None:  # nothing beats the cutoff: the solve's bound (at least the cutoff's, less rel_gap)
-            closed.append(max(bound, stats.get("bound", -math.inf) / tokens))
-            continue
-        tpt = solved.predicted_step_time_s / tokens
-        # a solved plan's own bound (a heuristic plan that beat the solve carries none)
-        closed.append(bound if solved.gap is None else max(bound, tpt * (1 - solved.gap)))
-        if tpt < best_tpt:
-            best, best_tpt = solved, tpt
+    fits, started = {}, {}  # candidate index -> its least-peak plan fits; its LP bound begun
+
+    def may_fit(c):  # False where its least-peak plan does not fit (exact): no plan for it
+        if c[2] not in fits:
+            fits[c[2]] = not least_peak.uniform_boundaries(c[4]) or _fits(c[4], c[5], solver_kw)
+        return fits[c[2]]
+
+    def start(c):
+        if c[2] not in started:
+            started[c[2]] = milp.lp_bound_started(c[4], c[5], **space)
+
+    with milp.stopping_threads():  # LP bounds begun ahead and not needed are stopped at the end
+        while open_:
+            if best is not None and open_[0][0] >= best_tpt * (1 - rel_gap) - 1e-15:
+                break  # no candidate left can improve by more than the tolerance
+            c = heapq.heappop(open_)
+            bound, _, _, refined, costs, hardware, tokens = c
+            if refine and not refined:
+                if not may_fit(c):
+                    continue
+                start(c)
+                # the next candidate to need its LP bound is built while this one's LP runs
+                ahead = next((d for d in heapq.nsmallest(4, open_) if not d[3] and may_fit(d)), None)
+                if ahead is not None:
+                    start(ahead)
+                c[0], c[3] = max(bound, started.pop(c[2])() / tokens), True
+                heapq.heappush(open_, c)
+                continue
+            stats = {}
+            solved = plan_for_costs(costs, hardware, cutoff=best_tpt * tokens if best is not None else None,
+                                    stats=stats, heuristic=heuristics_of[c[2]], **solver_kw)
+            if solved is None:  # nothing beats the cutoff: the solve's bound (at least the cutoff's, less rel_gap)
+                closed.append(max(bound, stats.get("bound", -math.inf) / tokens))
+                continue
+            tpt = solved.predicted_step_time_s / tokens
+            # a solved plan's own bound (a heuristic plan that beat the solve carries none)
+            closed.append(bound if solved.gap is None else max(bound, tpt * (1 - solved.gap)))
+            if tpt < best_tpt:
+                best, best_tpt = solved, tpt
     if best is None:
         return None
     lowest = min(closed + [c[0] for c in open_])

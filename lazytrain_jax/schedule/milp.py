@@ -1173,6 +1173,25 @@ def lp_bound(costs, hardware, **build_kw) -> float:
     return _relaxed(build(costs, hardware, union=True, **build_kw))
 
 
+def lp_bound_started(costs, hardware, **build_kw):
+    """:func:`lp_bound` begun: the union model built here and its LP handed to a thread of its own
+    where HiGHS takes it (``_relaxed``'s choice; the interpreter lock is the caller's meanwhile),
+    else solved here. Returns a function that gives the same value ``lp_bound`` does (waiting for
+    the thread; CLP here where HiGHS cannot say). For ``lt.plan``'s best-first search, which builds
+    the next candidate's model while the LP of the one before runs."""
+    built = build(costs, hardware, union=True, **build_kw)
+    arrays = _highs_arrays(built.model) if built.model.num_nz >= HIGHS_MIN_NONZEROS else None
+    if arrays is None:
+        value = _relaxed(built)
+        return lambda: value
+    running = _in_thread(_highs_solve, arrays)
+
+    def value():
+        found = running.result()
+        return found if found is not None else _relaxed(built, solver="clp")
+    return value
+
+
 IPM_GAP = 1e-6  # relative primal-dual gap at which HiGHS' interior point stops; the bound is lowered by it
 HIGHS_MIN_NONZEROS = 20_000  # below this CLP answers in milliseconds and HiGHS' overhead dominates
 
@@ -2010,6 +2029,12 @@ def _solve_threads():
                         os.setpriority(os.PRIO_PROCESS, tid, LEFTOVER_NICE)
                     except OSError:
                         pass
+
+
+def stopping_threads():
+    """A context in which the HiGHS runs started in threads of their own (``lp_bound_started``) are
+    stopped where still running at its end, as a solve's are (``_solve_threads``)."""
+    return _solve_threads()
 
 
 def _solve(costs, hardware, *, max_segment_length, max_resident_tail, time_limit_s, rel_gap, warm_start, objective,

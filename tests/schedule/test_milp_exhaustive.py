@@ -332,6 +332,23 @@ def test_lp_pays_the_nvme_staging_wherever_nvme_holds_boundaries():
         assert 0.99 * step <= lp <= step * (1 + 1e-9), (kw, lp, step)
 
 
+def test_lp_bound_begun_in_a_thread_gives_lp_bounds_value():
+    """``milp.lp_bound_started`` (the LP in a thread of its own, for the best-first batch search)
+    gives exactly ``lp_bound``'s value: on models HiGHS takes (from ``HIGHS_MIN_NONZEROS``) and on
+    smaller ones CLP solves at once; several begun together; and one left running inside
+    ``stopping_threads``, stopped at its end, still gives it when asked (CLP, where HiGHS was stopped)."""
+    rng = random.Random(4)
+    instances = [random_instance(rng, n) for n in (6, 48, 48)]
+    with milp.stopping_threads():
+        begun = [milp.lp_bound_started(costs, hw) for costs, hw in instances]
+        left = milp.lp_bound_started(*instances[1])
+        values = [value() for value in begun]
+    assert milp.build(*instances[0], union=True).model.num_nz < milp.HIGHS_MIN_NONZEROS
+    assert milp.build(*instances[1], union=True).model.num_nz >= milp.HIGHS_MIN_NONZEROS
+    assert values == [milp.lp_bound(costs, hw) for costs, hw in instances]
+    assert left() == pytest.approx(values[1], rel=3 * milp.IPM_GAP)
+
+
 def test_lp_relaxation_same_optimum_in_highs_and_clp():
     """The LP bound that proves gaps comes from HiGHS' interior point (falling back to CLP): it
     must be a valid bound on CLP's exact optimum and within the interior point's stopping gap of
