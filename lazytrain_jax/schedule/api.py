@@ -162,7 +162,9 @@ def best_over_micro_batches(candidates, **solver_kw) -> Plan | None:
     once no candidate's bound is more than ``rel_gap`` below the best plan: only the candidates that
     come first get an LP, and batches that cannot beat the best by more than ``rel_gap`` are never
     solved. The plan's gap and status cover every candidate (against the least bound of those not
-    solved and the solved ones' own bounds)."""
+    solved and the solved ones' own bounds). A candidate whose least-peak plan does not fit (where
+    that plan is exact: ``least_peak``) is dropped before its LP; the next candidate's LP is begun
+    while the one before runs (``milp.lp_bound_started``: the same values, so the same decisions)."""
     t0 = time.perf_counter()
     rel_gap = solver_kw.get("rel_gap", milp.DEFAULT_REL_GAP)
     space = {k: solver_kw[k] for k in ("max_segment_length", "max_resident_tail") if k in solver_kw}
