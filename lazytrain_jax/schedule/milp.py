@@ -1170,15 +1170,15 @@ def lp_bound(costs, hardware, **build_kw) -> float:
     Example:
       >>> lp_bound(costs, Hardware.preset("h800")) <= solve(costs, Hardware.preset("h800")).predicted_step_time_s
     """
-    return _relaxed(build(costs, hardware, union=True, **build_kw))
+    return lp_bound_started(costs, hardware, **build_kw)()
 
 
 def lp_bound_started(costs, hardware, **build_kw):
     """:func:`lp_bound` begun: the union model built here and its LP handed to a thread of its own
     where HiGHS takes it (``_relaxed``'s choice; the interpreter lock is the caller's meanwhile),
-    else solved here. Returns a function that gives the same value ``lp_bound`` does (waiting for
-    the thread; CLP here where HiGHS cannot say). For ``lt.plan``'s best-first search, which builds
-    the next candidate's model while the LP of the one before runs."""
+    else solved here. Returns a function that gives its value (waiting for the thread; CLP here
+    where HiGHS cannot say). For ``lt.plan``'s best-first search, which builds the next candidate's
+    model while the LP of the one before runs."""
     built = build(costs, hardware, union=True, **build_kw)
     arrays = _highs_arrays(built.model) if built.model.num_nz >= HIGHS_MIN_NONZEROS else None
     if arrays is None:

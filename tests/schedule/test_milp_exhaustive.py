@@ -333,8 +333,9 @@ def test_lp_pays_the_nvme_staging_wherever_nvme_holds_boundaries():
 
 
 def test_lp_bound_begun_in_a_thread_gives_lp_bounds_value():
-    """``milp.lp_bound_started`` (the LP in a thread of its own, for the best-first batch search)
-    gives exactly ``lp_bound``'s value: on models HiGHS takes (from ``HIGHS_MIN_NONZEROS``) and on
+    """``milp.lp_bound_started`` (the LP in a thread of its own, for the best-first batch search;
+    ``lp_bound`` waits for it) gives exactly the union model's LP solved in the calling thread
+    (``_relaxed``): on models HiGHS takes (from ``HIGHS_MIN_NONZEROS``) and on
     smaller ones CLP solves at once; several begun together; and one left running inside
     ``stopping_threads``, stopped at its end, still gives it when asked (CLP, where HiGHS was stopped)."""
     rng = random.Random(4)
@@ -345,7 +346,7 @@ def test_lp_bound_begun_in_a_thread_gives_lp_bounds_value():
         values = [value() for value in begun]
     assert milp.build(*instances[0], union=True).model.num_nz < milp.HIGHS_MIN_NONZEROS
     assert milp.build(*instances[1], union=True).model.num_nz >= milp.HIGHS_MIN_NONZEROS
-    assert values == [milp.lp_bound(costs, hw) for costs, hw in instances]
+    assert values == [milp._relaxed(milp.build(costs, hw, union=True)) for costs, hw in instances]
     assert left() == pytest.approx(values[1], rel=3 * milp.IPM_GAP)
 
 
