@@ -96,8 +96,8 @@ def _fewest_on_device(L, S, w, ch, cn, opts, use_nvme):
     end = np.full(shape, _NONE, dtype=np.int64)
 
     def lengths(i, t):
-        for n in range(1, S + 1):
-            if i + n > L or (n >= 2 and n - 1 + t > w):
+        for n in range(1, min(S, L - i) + 1):
+            if not _holds(n, t, w):
                 return
             yield i + n
 
@@ -112,17 +112,30 @@ def _fewest_on_device(L, S, w, ch, cn, opts, use_nvme):
                     continue
                 _relax(f, (j, 0), g + 1, shape)
                 if "host" in opts[j] and ch > 0:
-                    shifted = np.full(shape, _NONE, dtype=np.int64)
-                    shifted[1:, :] = g[:-1, :]
-                    _relax(f, (j, 1), shifted, shape)
+                    _relax(f, (j, 1), _one_more(g, 0), shape)
                 if use_nvme and "nvme" in opts[j] and cn > 0:
-                    shifted = np.full(shape, _NONE, dtype=np.int64)
-                    shifted[:, 1:] = g[:, :-1]
-                    _relax(f, (j, 1), shifted, shape)
+                    _relax(f, (j, 1), _one_more(g, 1), shape)
     if end.min() >= _NONE:
         return None
     count = int(end.min())
     return count, _tiers(f, end, count, L, w, opts, use_nvme, S)
+
+
+def _holds(n, t, w) -> bool:
+    """Whether a segment of ``n`` layers from a base of tier class ``t`` (1: host or NVMe, fetched
+    back for it) keeps within ``w`` boundaries of working set: it holds n − 1 of them, and its
+    base where t is 1; a one-layer segment holds none."""
+    return n < 2 or n - 1 + t <= w
+
+
+def _one_more(g, axis):
+    """``g`` moved one step along ``axis`` (one more boundary on the host: 0, or on NVMe: 1)."""
+    moved = np.full(g.shape, _NONE, dtype=np.int64)
+    if axis == 0:
+        moved[1:, :] = g[:-1, :]
+    else:
+        moved[:, 1:] = g[:, :-1]
+    return moved
 
 
 def _relax(f, key, values, shape):
@@ -142,7 +155,7 @@ def _tiers(f, end, count, L, w, opts, use_nvme, S):
     def preds(j):  # (i, t) with a segment (i, j) allowed
         for i in range(max(0, j - S), j):
             for t in (0, 1):
-                if j - i < 2 or j - i - 1 + t <= w:
+                if _holds(j - i, t, w):
                     yield i, t
 
     tiers = ["drop"] * (L + 1)

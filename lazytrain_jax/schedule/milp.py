@@ -1180,7 +1180,7 @@ def lp_bound_started(costs, hardware, **build_kw):
     where HiGHS cannot say). For ``lt.plan``'s best-first search, which builds the next candidate's
     model while the LP of the one before runs."""
     built = build(costs, hardware, union=True, **build_kw)
-    arrays = _highs_arrays(built.model) if built.model.num_nz >= HIGHS_MIN_NONZEROS else None
+    arrays = _highs_arrays(built.model) if _lp_solver(built.model) == "highs" else None
     if arrays is None:
         value = _relaxed(built)
         return lambda: value
@@ -1597,6 +1597,11 @@ def _tail_split(union_built: Built, arrays, basis, weight_prefetch_depth: int, b
     return True
 
 
+def _lp_solver(m: _Model) -> str:
+    """The LP solver ``_relaxed``'s "auto" takes for ``m``: HiGHS from ``HIGHS_MIN_NONZEROS`` up, else CLP."""
+    return "highs" if m.num_nz >= HIGHS_MIN_NONZEROS else "clp"
+
+
 def _relaxed(built: Built, *, solver: str = "auto") -> float:
     """The LP relaxation's optimum (inf if infeasible). ``solver="highs"``: HiGHS' interior point
     method (through scipy) on the model's rows, falling back to CLP if it does not end optimal or
@@ -1605,7 +1610,7 @@ def _relaxed(built: Built, *, solver: str = "auto") -> float:
     (tested); HiGHS took 1.2 s where CLP took 7.1 s on a 128-layer model (10k rows, 66k
     nonzeros), CLP 0.2 s where HiGHS took 0.5 s on an easy 64-layer one."""
     if solver == "auto":
-        solver = "highs" if built.model.num_nz >= HIGHS_MIN_NONZEROS else "clp"
+        solver = _lp_solver(built.model)
     if solver == "highs":
         value = _highs_lp(built.model)
         if value is not None:
@@ -2150,7 +2155,7 @@ class _Solve:
             t = time.perf_counter()
             self.union_built = build(costs, hardware, union=True, **kw)
             arrays = self.arrays = (_highs_arrays(self.union_built.model)
-                                    if self.union_built.model.num_nz >= HIGHS_MIN_NONZEROS else None)
+                                    if _lp_solver(self.union_built.model) == "highs" else None)
             stats["lp_s"] += time.perf_counter() - t
             if arrays is not None:
                 union_lp = _timed(_highs_solve, arrays, self.union_point, self.union_basis)

@@ -315,9 +315,8 @@ def test_lp_pays_the_nvme_staging_wherever_nvme_holds_boundaries():
     H800's links and device, its host room for 3.75 boundaries and its NVMe's for 2: the LPs were
     3.1 % below the plan; the union LP and the LP of the plan's depth pair must now be within 1 %
     of it (and below it)."""
-    base = resolve_config("llama3-8b")
-    config = base.replace(hidden_size=8192, intermediate_size=28672, num_layers=16, num_heads=64, num_kv_heads=8,
-                          layer_kinds=(base.layer_kinds[0],) * 16)
+    base = resolve_config("llama3-70b")
+    config = base.replace(num_layers=16, layer_kinds=base.layer_kinds[:16])
     h800 = Hardware.preset("h800")
     costs = analytic_costs(config, batch_size=238, seq_len=1024, device_flops=h800.device_flops,
                            num_micro_batches=34, efficiency_half_tokens=h800.efficiency_half_tokens)
