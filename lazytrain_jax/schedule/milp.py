@@ -433,7 +433,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     def window(name, compute=0.0, up_w=0.0, up_a=0.0, up_fixed=0.0, down=0.0, read=0.0, write=0.0, optim=0.0,
                cuts=(), floor=0.0, kept=None):
         win[name] = dict(compute=compute, up_w=up_w, up_a=up_a, up_fixed=up_fixed, down=down, read=read,
-                         write=write, optim=optim, pre_out=[], pre_in=[], cuts=cuts, floor=floor, kept=kept)
+                         write=write, optim=optim, pre_out=[], pre_in=[], cuts=cuts, floor=floor, kept=kept,
+                         whole_fetches=[])
         order.append(name)
 
     # tail and forward: item positions P0=0, P1=1, FE=2, F_l=3+l, FH=L+3; update of the unit of the
@@ -536,6 +537,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             win[above]["cuts"].append([(R[l] / h2d, fetched_above)])
         else:
             spread_cuts.append((above, R[l] / h2d, fetched_above))
+            if union:
+                # and depth 1's cut, less y_a times its reach (``whole_fetches``)
+                win[above]["whole_fetches"].append((R[l] / h2d, fetched_above))
 
     # depth 2: part of a window's upload done in the window before it
     cap_w = max(list(W) + [costs.weight_bytes[0], costs.link_weight_bytes[-1]])
@@ -637,6 +641,19 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         res_l, c0 = w["kept"] if w["kept"] is not None else (None, w["floor"])
         base0 = max(consts + [c0])
         window_base[name] = (base, base0, res_l)
+        for sec, z in w["whole_fetches"]:
+            # the union relaxation: at activation depth 1 (y_a = 0) a residual's fetch is made whole
+            # in this window, so depth 1's cut holds there; each row less y_a times its reach holds
+            # at depth 2 too (the union's rows of shallower pairs, as its case cuts). With the
+            # fetch's cut on two windows alone (depth 2's), the union LP at y_a = 0 was far below
+            # the LPs at activation depth 1: the Llama-3-70B shape on an H100, batch 32 of 2,048
+            # tokens in 2 micro-batches, 115.11 s at y = (0, 0) against 117.78 s for depth (1, 1)
+            # (the pair LPs it gates and their offload splits were then never run, and the solve
+            # ended unproved at 2.37 %: benchmarks/RESULTS.md, "Real shapes at fixed batches")
+            if sec > base:
+                m.add_constr(_ge(t, base + (sec - base) * z - (sec - base) * y_a))
+            if res_l is not None and sec > base0 > base:
+                m.add_constr(_ge(t, base0 - (base0 - base) * res_l + (sec - base0) * z - (sec - base0) * y_a))
         for cut in w["cuts"]:
             terms = [(sec - base) * z for sec, z in cut if sec > base]
             if terms:
