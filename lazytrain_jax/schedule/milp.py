@@ -44,7 +44,8 @@ device knapsack it added little and tripled the LP's time at 128 layers); (iv) h
 window's binary-triggered loads, T ≥ base + (load − base)⁺·z (a boundary's copy down or NVMe write,
 an NVMe read, a residual's copy down and its fetch), and in a backward window whose compute depends
 on its layer's kept residuals, the same from the base without them, T ≥ base0 − (base0 − base)·res
-+ (load − base0)⁺·z; a fetch that depth 2 may spread over two windows gets the cut on their sum; (v) case cuts: a
++ (load − base0)⁺·z; a fetch that depth 2 may spread over two windows gets the cut on their sum
+(and, in the union relaxation, depth 1's cut in its own window less y_a times its reach); (v) case cuts: a
 backward window's loads depend on which segment ends at it, a recompute window's on which edge
 covers its dropped boundary, and exactly one case holds, so T ≥ Σ_case (the window's least length
 in that case) · its indicator (the LP otherwise averages the cases' loads before taking the max
