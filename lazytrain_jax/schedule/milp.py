@@ -611,6 +611,20 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                 m.add_constr(_le(xs(fracs), load * (1.0 / cap)))
                 w["pre_out"].extend(cap * pv for pv in fracs)
 
+    def hull_rows(t, base, base0, res_l, cut, less=None):
+        """A window's hull rows over ``cut`` (its loads, each (seconds, indicator)): t >= base + Σ (sec
+        − base)⁺ · z; and for a backward window whose compute is base0 without its layer's kept
+        residuals (res = 0) and base with them, the same from the base of each case, t >= base0 −
+        (base0 − base) · res + Σ (sec − base0)⁺ · z (valid at the four corners of (res, z)).
+        ``less``: an indicator y, each row less y times the sum of its terms' coefficients (its
+        reach: at y = 1 the row says no more than that the window lasts its compute)."""
+        for start, floor in ((base, base),) + (((base0 - (base0 - base) * res_l, base0),)
+                                              if res_l is not None and base0 > base else ()):
+            terms = [(sec - floor, z) for sec, z in cut if sec > floor]
+            if terms:
+                row = start + xs(c * z for c, z in terms)
+                m.add_constr(_ge(t, row if less is None else row - sum(c for c, _ in terms) * less))
+
     objective_const = 0.0
     T = []
     window_time = {}  # name -> its t variable, or its constant seconds
@@ -651,20 +665,9 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # tokens in 2 micro-batches, 115.11 s at y = (0, 0) against 117.78 s for depth (1, 1)
             # (the pair LPs it gates and their offload splits were then never run, and the solve
             # ended unproved at 2.37 %: benchmarks/RESULTS.md, "Real shapes at fixed batches")
-            if sec > base:
-                m.add_constr(_ge(t, base + (sec - base) * z - (sec - base) * y_a))
-            if res_l is not None and sec > base0 > base:
-                m.add_constr(_ge(t, base0 - (base0 - base) * res_l + (sec - base0) * z - (sec - base0) * y_a))
+            hull_rows(t, base, base0, res_l, [(sec, z)], less=y_a)
         for cut in w["cuts"]:
-            terms = [(sec - base) * z for sec, z in cut if sec > base]
-            if terms:
-                m.add_constr(_ge(t, base + xs(terms)))
-            # a backward window whose compute is c0 without its layer's kept residuals (res = 0) and
-            # the floor with them: the same cut from the base of each case, t >= base0 − (base0 −
-            # base) · res + Σ (sec − base0)⁺ · z (valid at the four corners of (res, z))
-            terms = [(sec - base0) * z for sec, z in cut if sec > base0]
-            if res_l is not None and terms and base0 > base:
-                m.add_constr(_ge(t, base0 - (base0 - base) * res_l + xs(terms)))
+            hull_rows(t, base, base0, res_l, cut)
     if case_cuts and not hardware.host_shares_device:
         # case cuts (the hull of a window over the cases that decide its loads): a window's loads
         # depend on which of several mutually exclusive indicators holds (which segment ends at a
