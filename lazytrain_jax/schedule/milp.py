@@ -618,12 +618,13 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
         (base0 − base) · res + Σ (sec − base0)⁺ · z (valid at the four corners of (res, z)).
         ``less``: an indicator y, each row less y times the sum of its terms' coefficients (its
         reach: at y = 1 the row says no more than that the window lasts its compute)."""
-        for start, floor in ((base, base),) + (((base0 - (base0 - base) * res_l, base0),)
-                                              if res_l is not None and base0 > base else ()):
+        for floor in (base,) + ((base0,) if res_l is not None and base0 > base else ()):
             terms = [(sec - floor, z) for sec, z in cut if sec > floor]
-            if terms:
-                row = start + xs(c * z for c, z in terms)
-                m.add_constr(_ge(t, row if less is None else row - sum(c for c, _ in terms) * less))
+            if not terms:
+                continue
+            start = base if floor == base else base0 - (base0 - base) * res_l
+            row = start + xs(c * z for c, z in terms)
+            m.add_constr(_ge(t, row if less is None else row - sum(c for c, _ in terms) * less))
 
     objective_const = 0.0
     T = []
@@ -664,7 +665,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             # the LPs at activation depth 1: the Llama-3-70B shape on an H100, batch 32 of 2,048
             # tokens in 2 micro-batches, 115.11 s at y = (0, 0) against 117.78 s for depth (1, 1)
             # (the pair LPs it gates and their offload splits were then never run, and the solve
-            # ended unproved at 2.37 %: benchmarks/RESULTS.md, "Real shapes at fixed batches")
+            # ended unproved at 2.37 %: benchmarks/RESULTS.md, "The union LP keeps depth 1's fetch cut")
             hull_rows(t, base, base0, res_l, [(sec, z)], less=y_a)
         for cut in w["cuts"]:
             hull_rows(t, base, base0, res_l, cut)
