@@ -2439,8 +2439,8 @@ class _Solve:
         incumbent = self.incumbent
         self.start_offload_split()  # for the phases' plan, where the split was not started for the start
         self.join_splits()
-        if not self.union_proves(incumbent) and self.direct and self.depth_bounds and not self.expired() and (
-                cutoff is None or incumbent.predicted_step_time_s < cutoff) and self.rooted is not incumbent:
+        if not self.union_proves(incumbent) and self.direct and self.depth_bounds and not self.expired() and \
+                self.rooted is not incumbent:
             self.pair_lps()
             if self.pair_proof is not None:
                 return self.pair_proof
@@ -2455,17 +2455,36 @@ class _Solve:
             # host-only 128-layer instances: 1.1-3.7 s a half, both halves side by side, where each
             # depth pair's neighbourhoods and root took 1.8-4.6 s)
             self.rooted = incumbent
-            bar = incumbent.predicted_step_time_s * (1 - rel_gap)
+            # (where the incumbent does not beat the caller's cutoff, a plan rel_gap faster than the
+            # cutoff: none proves that nothing here beats it by more than rel_gap)
+            beats = cutoff is None or incumbent.predicted_step_time_s < cutoff
+            bar = (incumbent.predicted_step_time_s if beats else cutoff) * (1 - rel_gap)
             halves = [dw for dw in self.weights if self.depth_bounds[dw] < bar]
+            # the depth pairs left open: those of the open halves whose own LP (pair_lps, where it
+            # ran) is below the bar
+            pairs = [d for d in self.depths if d[0] in halves and self.pair_bounds.get(d, -math.inf) < bar]
             t = time.perf_counter()
-            if len(halves) == 1:
-                # one half open: the root on each of its depth pairs' own models instead, side by
-                # side (tighter than the half, which relaxes the other depth, and both cores at
-                # work): varied seed 5, 128 layers, 12.48 -> 10.67 s; 64 layers: seed 4 6.27 ->
-                # 5.59 s, 11 2.04 -> 1.59 s; random host-only seeds 12 and 13 at 128 layers 4.76 ->
-                # 4.10 s and 5.26 -> 4.88 s; the same plans
-                pairs = [d for d in self.depths if d[0] == halves[0]]
-                settled = {halves[0]: _pair_roots([self.model_at(d) for d in pairs], bar, rel_gap, self.left())}
+            if len(halves) == 1 or len(pairs) <= len(halves):
+                # one half open, or one pair per open half: the root on each open pair's own model
+                # instead, side by side (tighter than the half, which relaxes the other depth, and
+                # both cores at work): varied seed 5, 128 layers, 12.48 -> 10.67 s; 64 layers:
+                # seed 4 6.27 -> 5.59 s, 11 2.04 -> 1.59 s; random host-only seeds 12 and 13 at 128
+                # layers 4.76 -> 4.10 s and 5.26 -> 4.88 s; the same plans. A plan a root finds
+                # below the bar is a plan of its pair, kept (the Llama-3-70B shape on the H100,
+                # batch 16 at 4,096 tokens, 4 micro-batches: the halves' roots ran 22 s to the
+                # limit; the root at (2, 2) finds a plan 1.1 % faster in 9 s, which the pairs'
+                # LPs then prove)
+                builts = [self.model_at(d) for d in pairs]
+                solved = _pair_roots(builts, bar, rel_gap, self.left())
+                settled = {dw: all(s.status == mip.OptimizationStatus.INFEASIBLE
+                                   for d, s in zip(pairs, solved) if d[0] == dw) for dw in halves}
+                for built, found in zip(builts, solved):
+                    if found.values is None:
+                        continue
+                    built.solved = found
+                    q = decode(built, self.costs, self.hardware, status="feasible", bound=None, solve_time_s=0.0)
+                    if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+                        self.incumbent = q
             else:
                 settled = _half_roots(self.union_built, self.arrays, bar, halves, rel_gap, self.left())
             self.stats["bb_s"] += time.perf_counter() - t
@@ -2473,16 +2492,16 @@ class _Solve:
             for dw, none_below in settled.items():
                 if none_below:
                     self.depth_bounds[dw] = bar  # the per-depth phase below skips this half's pairs
-            plan = self.proved_at_bar(incumbent, bar, "highs")
+            plan = self.proved_at_bar(incumbent, bar, "highs") or self.faster_proved(incumbent)
             if plan is not None:
                 return plan
+            if self.incumbent is incumbent and not beats and all(self.depth_bounds[dw] >= bar for dw in self.weights):
+                return None   # nothing beats the cutoff by rel_gap: the per-depth phase skips every pair
             if self.union_interior_retry():
                 return self.proved_by_union("union_lp")
-            if self.incumbent is not incumbent:
-                # a faster plan: the halves the roots ruled out, with the others' bounds, may prove it
-                plan = self.proved_at_bar(self.incumbent, self.incumbent.predicted_step_time_s * (1 - rel_gap), "highs")
-                if plan is not None:
-                    return plan
+            plan = self.faster_proved(incumbent)
+            if plan is not None:
+                return plan
         if self.union_proves(incumbent):
             return self.proved_by_union("union_lp")
         return None
@@ -2527,10 +2546,21 @@ class _Solve:
             self.incumbent = q
         return self.union_proves(self.incumbent)
 
+    def faster_proved(self, incumbent):
+        """Where a plan faster than ``incumbent`` has become the incumbent (a root's, or the
+        interior retry's): that plan, if the union LP as raised so far, or the halves the roots
+        ruled out with the others' bounds, prove it; else None."""
+        if self.incumbent is incumbent:
+            return None
+        if self.union_proves(self.incumbent):
+            return self.proved_by_union("union_lp")   # (its gap against that bound: below rel_gap)
+        return self.proved_at_bar(self.incumbent, self.incumbent.predicted_step_time_s * (1 - self.rel_gap), "highs")
+
     def proved_at_bar(self, plan, bar, proof):
         """``plan`` as proved within rel_gap where every half's bound (``depth_bounds``) has reached
         ``bar`` (its value less rel_gap), ``proof`` recorded in ``stats``; else None."""
-        if not all(self.depth_bounds[dw] >= bar for dw in self.weights):
+        if not all(self.depth_bounds[dw] >= bar for dw in self.weights) or (
+                self.cutoff is not None and plan.predicted_step_time_s >= self.cutoff):
             return None
         self.stats["proof"] = proof
         return plan.replace(name="milp", solver_status="optimal", gap=self.rel_gap,
@@ -3857,13 +3887,12 @@ def _highs_scipy(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, m
 
 def _cutoff_roots(problems: list, bar: float, rel_gap: float, time_limit_s: float) -> list:
     """HiGHS' root alone (``HIGHS_CUTOFF_NODES``) on each of ``problems`` ((arrays, integrality)
-    pairs), asked only for a plan whose objective is at most ``bar``, side by side in threads: for
-    each, whether none exists (INFEASIBLE)."""
+    pairs), asked only for a plan whose objective is at most ``bar``, side by side in threads: each
+    root's ``Solved`` (INFEASIBLE where none exists)."""
     def root(problem):
         return _highs_mip_arrays(*problem, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar, root_lp=CUTOFF_ROOT_LP)
     with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
-        found = list(pool.map(_owned(root), problems))
-    return [f.status == mip.OptimizationStatus.INFEASIBLE for f in found]
+        return list(pool.map(_owned(root), problems))
 
 
 def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, time_limit_s: float) -> dict:
@@ -3873,15 +3902,17 @@ def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, 
     pair with that weight prefetch depth (tested against the exact optimum)."""
     integrality = _integrality(union_built.model)
     problems = [(_half_problem(union_built, arrays, dw), integrality) for dw in halves]
-    return dict(zip(halves, _cutoff_roots(problems, bar, rel_gap, time_limit_s)))
+    return {dw: found.status == mip.OptimizationStatus.INFEASIBLE
+            for dw, found in zip(halves, _cutoff_roots(problems, bar, rel_gap, time_limit_s))}
 
 
-def _pair_roots(builts: list, bar: float, rel_gap: float, time_limit_s: float) -> bool:
-    """``_cutoff_roots`` on each of ``builts`` (depth pairs' models): True where none of them holds a
-    plan at or below ``bar``."""
+def _pair_roots(builts: list, bar: float, rel_gap: float, time_limit_s: float) -> list:
+    """``_cutoff_roots`` on each of ``builts`` (depth pairs' models): each root's ``Solved``
+    (INFEASIBLE where that pair holds no plan at or below ``bar``; its values where the root found
+    one)."""
     # the models read here, not in the threads (reading them holds the interpreter lock)
     problems = [(_highs_arrays(b.model), _integrality(b.model)) for b in builts]
-    return all(_cutoff_roots(problems, bar, rel_gap, time_limit_s))
+    return _cutoff_roots(problems, bar, rel_gap, time_limit_s)
 
 
 def _cbc_here(m: mip.Model | linear.Model, time_limit_s: float, max_nodes: int) -> Solved:

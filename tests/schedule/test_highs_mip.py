@@ -171,8 +171,11 @@ def test_large_model_path_asks_highs_root_for_a_plan_rel_gap_faster(monkeypatch,
     def recorded_pairs(builts, bar, *args):   # one half open: the roots on its depth pairs' models
         found = pair_roots(builts, bar, *args)
         assert len({b.weight_prefetch_depth for b in builts}) == 1 and len(builts) == 2
-        halves.append((bar, {builts[0].weight_prefetch_depth: found}))
-        return found if settles == "halves" else False
+        none_below = all(s.status == mip.OptimizationStatus.INFEASIBLE for s in found)
+        halves.append((bar, {builts[0].weight_prefetch_depth: none_below}))
+        unsettled = milp.Solved(status=mip.OptimizationStatus.NO_SOLUTION_FOUND, objective_value=None,
+                                objective_bound=-math.inf, values=None)
+        return found if settles == "halves" else [unsettled] * len(found)
 
     calls, root_lps, highs_mip = [], [], milp._highs_mip
 
@@ -246,10 +249,19 @@ def test_half_roots_never_rule_out_a_half_that_holds_a_plan_below_the_bar(num_la
             assert milp._half_roots(union, arrays, bounds[dw] * (1 - 1e-3), [dw], 0.0, 60.0) == {dw: True}
         # the same on the half's depth pairs' own models (``_pair_roots``, where one half is open)
         pairs = [milp.build(costs, hw, weight_prefetch_depth=dw, act_prefetch_depth=da) for da in (1, 2)]
+        infeasible = mip.OptimizationStatus.INFEASIBLE
         if values:
-            assert milp._pair_roots(pairs, min(values) * (1 + 1e-6), 0.0, 60.0) is False
+            found = milp._pair_roots(pairs, min(values) * (1 + 1e-6), 0.0, 60.0)
+            assert not all(s.status == infeasible for s in found)
+            for built, s in zip(pairs, found):   # a plan a root finds is one of its pair, at or below the bar
+                if s.values is not None:
+                    built.solved = s
+                    q = milp.decode(built, costs, hw, status="feasible", bound=None, solve_time_s=0.0)
+                    assert q.fits() and q.predicted_step_time_s == pytest.approx(s.objective_value, rel=1e-6)
+                    assert q.predicted_step_time_s <= min(values) * (1 + 1e-5)
         if math.isfinite(bounds[dw]):
-            assert milp._pair_roots(pairs, bounds[dw] * (1 - 1e-3), 0.0, 60.0) is True
+            found = milp._pair_roots(pairs, bounds[dw] * (1 - 1e-3), 0.0, 60.0)
+            assert all(s.status == infeasible for s in found)
     assert checked
 
 

@@ -7,6 +7,7 @@ them (forced on small instances)."""
 import math
 import types
 
+import mip
 import numpy
 import pytest
 
@@ -614,6 +615,7 @@ def test_settle_retries_from_the_interior_point_where_the_roots_leave_the_plan_o
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.union, run.deadline, run.cutoff, run.direct = 1e-2, 10.0, math.inf, None, True
     run.weights, run.depths, run.depth_bounds, run.rooted = [1, 2], milp.MILP_DEPTHS, {1: 10.0, 2: 10.05}, None
+    run.pair_bounds = {}
     run.union_built, run.arrays, run.pair_proof, run.tail_proof = None, None, None, None
     run.stats, run.t0 = {"bb_s": 0.0, "bb_runs": 0}, 0.0
     plan = types.SimpleNamespace(predicted_step_time_s=10.3, replace=lambda **kw: ("proved", kw.get("gap")))
@@ -643,6 +645,80 @@ def test_settle_retries_from_the_interior_point_where_the_roots_leave_the_plan_o
     assert steps == order
     assert run.stats.get("proof") == {"highs": "highs", "retry": "union_lp", None: None}[expected]
     assert (result is None) == (expected is None)
+
+
+def _settle_run(monkeypatch, *, cutoff, pair_bounds, depth_bounds, union):
+    """A ``_Solve`` ready for ``settle`` (incumbent 10.3 s, rel_gap 1 %), its other steps no-ops."""
+    run = milp._Solve.__new__(milp._Solve)
+    run.rel_gap, run.union, run.deadline, run.cutoff, run.direct = 1e-2, union, math.inf, cutoff, True
+    run.weights, run.depths, run.depth_bounds, run.rooted = [1, 2], milp.MILP_DEPTHS, dict(depth_bounds), None
+    run.pair_bounds, run.prebuilt, run.costs, run.hardware = dict(pair_bounds), {}, None, None
+    run.union_built, run.arrays, run.pair_proof, run.tail_proof = None, None, None, None
+    run.stats, run.t0 = {"bb_s": 0.0, "bb_runs": 0}, 0.0
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.3,
+                                          replace=lambda **kw: ("proved", kw.get("solver_status")))
+    for name in ("join_splits", "start_offload_split", "pair_lps", "tail_split"):
+        monkeypatch.setattr(run, name, lambda *a: None, raising=False)
+    monkeypatch.setattr(run, "vertex_on_one_pair", lambda: False, raising=False)
+    monkeypatch.setattr(run, "build_at", lambda dw, da: types.SimpleNamespace(
+        weight_prefetch_depth=dw, act_prefetch_depth=da, solved=None), raising=False)
+    monkeypatch.setattr(milp, "_half_roots", lambda *a: pytest.fail("the halves' roots, where a pair's were due"))
+    return run
+
+
+def test_settle_roots_the_open_pairs_and_keeps_the_plan_a_root_finds(monkeypatch):
+    """Where the depth pairs' own LPs (``pair_lps``) leave one pair open in each open half, HiGHS'
+    root runs on those two pairs' own models (``_pair_roots``), not on the halves; a plan a root
+    finds below the bar becomes the incumbent, and the bounds prove it (the other pair's root found
+    none below the bar: its half is ruled out there; the found plan's own half by its pairs' LPs)."""
+    run = _settle_run(monkeypatch, cutoff=None, union=9.9, depth_bounds={1: 10.0, 2: 10.02},
+                      pair_bounds={(1, 1): 10.5, (1, 2): 10.0, (2, 1): 10.6, (2, 2): 10.02})
+    rooted, bars = [], []
+    found = types.SimpleNamespace(predicted_step_time_s=10.1)
+
+    def pair_roots(builts, bar, rel_gap, left):
+        rooted.extend((b.weight_prefetch_depth, b.act_prefetch_depth) for b in builts)
+        bars.append(bar)
+        none = milp.Solved(status=mip.OptimizationStatus.INFEASIBLE, objective_value=None,
+                           objective_bound=math.inf, values=None)
+        plan = milp.Solved(status=mip.OptimizationStatus.FEASIBLE, objective_value=10.1,
+                           objective_bound=9.95, values=[1.0])
+        return [none, plan]
+
+    def decode(built, *a, **kw):
+        assert built.solved.objective_value == 10.1 and (built.weight_prefetch_depth, built.act_prefetch_depth) == (2, 2)
+        return found
+    monkeypatch.setattr(milp, "_pair_roots", pair_roots)
+    monkeypatch.setattr(milp, "decode", decode)
+    monkeypatch.setattr(run, "union_interior_retry", lambda: pytest.fail("a retry after a proof"), raising=False)
+    found.replace = lambda **kw: ("proved", kw.get("solver_status"))
+    assert rooted == [] and run.settle() == ("proved", "optimal")
+    assert rooted == [(1, 2), (2, 2)] and bars == [pytest.approx(10.3 * 0.99)]
+    assert run.incumbent is found and run.stats["proof"] == "highs"
+    assert run.depth_bounds[1] == pytest.approx(10.3 * 0.99)   # ruled out at the first bar
+
+
+@pytest.mark.parametrize("none_below", [True, False])
+def test_settle_asks_the_roots_for_a_plan_rel_gap_below_a_cutoff_the_incumbent_misses(monkeypatch, none_below):
+    """Where the incumbent does not beat the caller's cutoff (``lt.plan``'s solves after the
+    first), the roots ask for a plan rel_gap faster than the cutoff. Where none exists on any open
+    pair, settle returns None at once (no retry), every half's bound at that bar, so the per-depth
+    phase rules out every pair; the incumbent is never proved, since it does not beat the cutoff."""
+    run = _settle_run(monkeypatch, cutoff=10.2, union=9.9, depth_bounds={1: 10.0, 2: 10.02},
+                      pair_bounds={(1, 1): 10.5, (1, 2): 10.0, (2, 1): 10.6, (2, 2): 10.02})
+    bars, retried = [], []
+    status = mip.OptimizationStatus.INFEASIBLE if none_below else mip.OptimizationStatus.NO_SOLUTION_FOUND
+
+    def pair_roots(builts, bar, rel_gap, left):
+        bars.append(bar)
+        return [milp.Solved(status=status, objective_value=None, objective_bound=9.9, values=None)] * len(builts)
+    monkeypatch.setattr(milp, "_pair_roots", pair_roots)
+    monkeypatch.setattr(run, "union_interior_retry", lambda: retried.append(1) or False, raising=False)
+    assert run.settle() is None
+    assert bars == [pytest.approx(10.2 * 0.99)]
+    assert retried == ([] if none_below else [1])
+    bar_reached = all(run.depth_bounds[dw] >= 10.2 * 0.99 * (1 - 1e-12) for dw in (1, 2))
+    assert bar_reached is none_below
 
 
 @pytest.mark.parametrize("y,basis,expected", [
