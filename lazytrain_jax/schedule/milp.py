@@ -107,8 +107,11 @@ is split on the number of resident layers (``_tail_split``: each count's LP by d
 stopped once its bound passes the plan's ``rel_gap`` bar), right after the first neighbourhood
 and again before the roots. Still unproved, HiGHS'
 root alone runs on each half of the union model the split left open (``_half_roots``: the weight
-prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster: where
-none exists the half's depth pairs are ruled out (``_Solve.settle``; between
+prefetch depth fixed, both halves in parallel), asked only for a plan ``rel_gap`` faster (than the
+caller's cutoff, where the plan in hand misses it): where none exists the half's depth pairs are
+ruled out. Where one half is open, or the depth pairs' own LPs leave one pair open in each, the
+roots run on those pairs' own models instead (``_pair_roots``), and a plan one of them finds is
+kept (``_Solve.settle``; between
 ``NEIGHBOURHOODS_FIRST_GAPS`` and ``UNION_SEARCH_GAPS`` before the searches, which then run only
 where the roots leave the plan unproved). Then each depth pair's LP (two in parallel)
 prunes it; a pair it does not is tried with ``_rens``, ``_rins`` (the best plan and the pair's
@@ -2431,9 +2434,11 @@ class _Solve:
         return plan
 
     def settle(self):
-        """The union phase's plan where the union LP, its splits or HiGHS' roots on its halves
-        prove it (the splits started beside the steps joined first), else None. The roots run
-        once per plan."""
+        """The union phase's plan where the union LP, its splits or HiGHS' roots on its halves (or
+        on the open depth pairs' own models) prove it (the splits started beside the steps joined
+        first), else None. The roots run once per plan; where the plan does not beat the caller's
+        cutoff they ask for a plan rel_gap below the cutoff, and where none exists every half is
+        bounded there (None: the per-depth phase then rules out every pair)."""
         rel_gap, cutoff = self.rel_gap, self.cutoff
         self.join_splits()
         incumbent = self.incumbent
