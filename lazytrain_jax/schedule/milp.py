@@ -2488,7 +2488,8 @@ class _Solve:
                         continue
                     built.solved = found
                     q = decode(built, self.costs, self.hardware, status="feasible", bound=None, solve_time_s=0.0)
-                    if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+                    if q.fits() and q.predicted_step_time_s < self.incumbent.predicted_step_time_s and (
+                            cutoff is None or q.predicted_step_time_s < cutoff):
                         self.incumbent = q
             else:
                 settled = _half_roots(self.union_built, self.arrays, bar, halves, rel_gap, self.left())

@@ -674,7 +674,7 @@ def test_settle_roots_the_open_pairs_and_keeps_the_plan_a_root_finds(monkeypatch
     run = _settle_run(monkeypatch, cutoff=None, union=9.9, depth_bounds={1: 10.0, 2: 10.02},
                       pair_bounds={(1, 1): 10.5, (1, 2): 10.0, (2, 1): 10.6, (2, 2): 10.02})
     rooted, bars = [], []
-    found = types.SimpleNamespace(predicted_step_time_s=10.1)
+    found = types.SimpleNamespace(predicted_step_time_s=10.1, fits=lambda: True)
 
     def pair_roots(builts, bar, rel_gap, left):
         rooted.extend((b.weight_prefetch_depth, b.act_prefetch_depth) for b in builts)
