@@ -2480,17 +2480,23 @@ class _Solve:
                 # limit; the root at (2, 2) finds a plan 1.1 % faster in 9 s, which the pairs'
                 # LPs then prove)
                 builts = [self.model_at(d) for d in pairs]
-                solved = _pair_roots(builts, bar, rel_gap, self.left())
-                settled = {dw: all(s.status == mip.OptimizationStatus.INFEASIBLE
-                                   for d, s in zip(pairs, solved) if d[0] == dw) for dw in halves}
-                for built, found in zip(builts, solved):
+
+                def found_proved(i, found):
+                    """A root's plan kept where it fits and beats the incumbent and the cutoff; True
+                    (the other roots stopped) where the union LP, as the pairs' LPs raised it, proves
+                    it (the 70B case: its root at (1, 2) ran 11 s past that plan's)."""
                     if found.values is None:
-                        continue
+                        return False
+                    built = builts[i]
                     built.solved = found
                     q = decode(built, self.costs, self.hardware, status="feasible", bound=None, solve_time_s=0.0)
                     if q.fits() and q.predicted_step_time_s < self.incumbent.predicted_step_time_s and (
                             cutoff is None or q.predicted_step_time_s < cutoff):
                         self.incumbent = q
+                    return self.union_proves(self.incumbent)
+                solved = _pair_roots(builts, bar, rel_gap, self.left(), found_proved)
+                settled = {dw: all(s.status == mip.OptimizationStatus.INFEASIBLE
+                                   for d, s in zip(pairs, solved) if d[0] == dw) for dw in halves}
             else:
                 settled = _half_roots(self.union_built, self.arrays, bar, halves, rel_gap, self.left())
             self.stats["bb_s"] += time.perf_counter() - t
@@ -3891,14 +3897,33 @@ def _highs_scipy(cost, rows, lower, upper, integrality, rel_gap, time_limit_s, m
     return ("optimal" if res.status == 0 else "feasible"), res.x, res.fun, bound
 
 
-def _cutoff_roots(problems: list, bar: float, rel_gap: float, time_limit_s: float) -> list:
+def _cutoff_roots(problems: list, bar: float, rel_gap: float, time_limit_s: float, enough=None) -> list:
     """HiGHS' root alone (``HIGHS_CUTOFF_NODES``) on each of ``problems`` ((arrays, integrality)
     pairs), asked only for a plan whose objective is at most ``bar``, side by side in threads: each
-    root's ``Solved`` (INFEASIBLE where none exists)."""
+    root's ``Solved`` (INFEASIBLE where none exists).
+
+    ``enough``: called with each root's index and ``Solved`` as it ends, until it returns True;
+    then the roots still running are interrupted (their ``Solved`` then says no solution, bound -inf). The
+    roots run for a token of their own (``_owned``), so that stops them and nothing else of the
+    solve; any still running once this returns (past their time limit, ``_run_by``) are stopped
+    too."""
     def root(problem):
         return _highs_mip_arrays(*problem, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar, root_lp=CUTOFF_ROOT_LP)
-    with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
-        return list(pool.map(_owned(root), problems))
+    token, parent = _SolveToken(), getattr(_OWNER, "solve", None)
+    _OWNER.solve = token
+    try:
+        work = _owned(root)
+    finally:
+        _OWNER.solve = parent
+    try:
+        with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
+            futures = {pool.submit(work, problem): i for i, problem in enumerate(problems)}
+            for future in concurrent.futures.as_completed(futures):
+                if enough is not None and not token.stopped and enough(futures[future], future.result()):
+                    _stop(token)
+            return [f.result() for f in sorted(futures, key=futures.get)]
+    finally:
+        _stop(token)
 
 
 def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, time_limit_s: float) -> dict:
@@ -3912,13 +3937,13 @@ def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, 
             for dw, found in zip(halves, _cutoff_roots(problems, bar, rel_gap, time_limit_s))}
 
 
-def _pair_roots(builts: list, bar: float, rel_gap: float, time_limit_s: float) -> list:
+def _pair_roots(builts: list, bar: float, rel_gap: float, time_limit_s: float, enough=None) -> list:
     """``_cutoff_roots`` on each of ``builts`` (depth pairs' models): each root's ``Solved``
     (INFEASIBLE where that pair holds no plan at or below ``bar``; its values where the root found
-    one)."""
+    one). ``enough``: as ``_cutoff_roots``'."""
     # the models read here, not in the threads (reading them holds the interpreter lock)
     problems = [(_highs_arrays(b.model), _integrality(b.model)) for b in builts]
-    return _cutoff_roots(problems, bar, rel_gap, time_limit_s)
+    return _cutoff_roots(problems, bar, rel_gap, time_limit_s, enough)
 
 
 def _cbc_here(m: mip.Model | linear.Model, time_limit_s: float, max_nodes: int) -> Solved:

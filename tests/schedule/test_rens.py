@@ -666,23 +666,30 @@ def _settle_run(monkeypatch, *, cutoff, pair_bounds, depth_bounds, union):
     return run
 
 
-def test_settle_roots_the_open_pairs_and_keeps_the_plan_a_root_finds(monkeypatch):
+@pytest.mark.parametrize("union,proof", [(9.9, "highs"), (10.0, "union_lp")])
+def test_settle_roots_the_open_pairs_and_keeps_the_plan_a_root_finds(monkeypatch, union, proof):
     """Where the depth pairs' own LPs (``pair_lps``) leave one pair open in each open half, HiGHS'
     root runs on those two pairs' own models (``_pair_roots``), not on the halves; a plan a root
-    finds below the bar becomes the incumbent, and the bounds prove it (the other pair's root found
-    none below the bar: its half is ruled out there; the found plan's own half by its pairs' LPs)."""
-    run = _settle_run(monkeypatch, cutoff=None, union=9.9, depth_bounds={1: 10.0, 2: 10.02},
+    finds below the bar becomes the incumbent as that root ends, and the bounds prove it. With the
+    union LP at 9.9 s, not by it (2 % below): the other pair's root found none below the bar, so its
+    half is ruled out there, and the found plan's own half by its pairs' LPs. With the union LP at
+    10.0 s it proves the plan (within 1 %) as soon as the root returns it: the roots still running
+    are then stopped (``enough`` says so)."""
+    run = _settle_run(monkeypatch, cutoff=None, union=union, depth_bounds={1: 10.0, 2: 10.02},
                       pair_bounds={(1, 1): 10.5, (1, 2): 10.0, (2, 1): 10.6, (2, 2): 10.02})
-    rooted, bars = [], []
+    rooted, bars, said = [], [], []
     found = types.SimpleNamespace(predicted_step_time_s=10.1, fits=lambda: True)
 
-    def pair_roots(builts, bar, rel_gap, left):
+    def pair_roots(builts, bar, rel_gap, left, enough):
         rooted.extend((b.weight_prefetch_depth, b.act_prefetch_depth) for b in builts)
         bars.append(bar)
         none = milp.Solved(status=mip.OptimizationStatus.INFEASIBLE, objective_value=None,
                            objective_bound=math.inf, values=None)
         plan = milp.Solved(status=mip.OptimizationStatus.FEASIBLE, objective_value=10.1,
                            objective_bound=9.95, values=[1.0])
+        said.append(enough(1, plan))   # the plan's root ends first
+        if not said[-1]:
+            said.append(enough(0, none))
         return [none, plan]
 
     def decode(built, *a, **kw):
@@ -694,8 +701,10 @@ def test_settle_roots_the_open_pairs_and_keeps_the_plan_a_root_finds(monkeypatch
     found.replace = lambda **kw: ("proved", kw.get("solver_status"))
     assert rooted == [] and run.settle() == ("proved", "optimal")
     assert rooted == [(1, 2), (2, 2)] and bars == [pytest.approx(10.3 * 0.99)]
-    assert run.incumbent is found and run.stats["proof"] == "highs"
-    assert run.depth_bounds[1] == pytest.approx(10.3 * 0.99)   # ruled out at the first bar
+    assert run.incumbent is found and run.stats["proof"] == proof
+    assert said == ([False, False] if proof == "highs" else [True])
+    if proof == "highs":
+        assert run.depth_bounds[1] == pytest.approx(10.3 * 0.99)   # ruled out at the first bar
 
 
 @pytest.mark.parametrize("none_below", [True, False])
@@ -709,7 +718,7 @@ def test_settle_asks_the_roots_for_a_plan_rel_gap_below_a_cutoff_the_incumbent_m
     bars, retried = [], []
     status = mip.OptimizationStatus.INFEASIBLE if none_below else mip.OptimizationStatus.NO_SOLUTION_FOUND
 
-    def pair_roots(builts, bar, rel_gap, left):
+    def pair_roots(builts, bar, rel_gap, left, enough):
         bars.append(bar)
         return [milp.Solved(status=status, objective_value=None, objective_bound=9.9, values=None)] * len(builts)
     monkeypatch.setattr(milp, "_pair_roots", pair_roots)
