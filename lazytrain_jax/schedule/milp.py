@@ -1966,9 +1966,10 @@ class _SolveToken:
     """One solve, for its worker threads (``_owned``): ``stopped`` once it has returned, and the
     HiGHS objects they are running (``_run``), to be stopped then."""
 
-    def __init__(self):
+    def __init__(self, parent=None):
         self.stopped = False
         self.running = set()
+        self.parent = parent   # the solve's token, for a part of it stopped on its own (``_cutoff_roots``)
 
 
 def _interrupt(callback_type, message, data_out, data_in, user_data):
@@ -2054,7 +2055,7 @@ def _solve_threads():
         if sys.platform.startswith("linux"):
             # under the lock: a registered thread is still in its task, so its id is still its own
             with _RUNNING_LOCK:
-                for tid in [tid for tid, owner in _RUNNING.items() if owner is token]:
+                for tid in [tid for tid, owner in _RUNNING.items() if token in (owner, owner.parent)]:
                     try:
                         os.setpriority(os.PRIO_PROCESS, tid, LEFTOVER_NICE)
                     except OSError:
@@ -3906,10 +3907,11 @@ def _cutoff_roots(problems: list, bar: float, rel_gap: float, time_limit_s: floa
     then the roots still running are interrupted (their ``Solved`` then says no solution, bound -inf). The
     roots run for a token of their own (``_owned``), so that stops them and nothing else of the
     solve; any still running once this returns (past their time limit, ``_run_by``) are stopped
-    too."""
+    too, and their threads lowered in priority with the solve's when it returns (``_solve_threads``)."""
     def root(problem):
         return _highs_mip_arrays(*problem, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar, root_lp=CUTOFF_ROOT_LP)
-    token, parent = _SolveToken(), getattr(_OWNER, "solve", None)
+    parent = getattr(_OWNER, "solve", None)
+    token = _SolveToken(parent)
     _OWNER.solve = token
     try:
         work = _owned(root)

@@ -426,6 +426,37 @@ def test_direct_lp_path_agrees_with_linprog(case):
     assert milp._highs_solve(infeasible) == math.inf
 
 
+def test_a_part_of_a_solve_with_its_own_token_is_lowered_with_the_solve():
+    """A worker thread registered for a token whose parent is the solve's (``_cutoff_roots``' roots,
+    stopped on their own) and still running when the solve returns gets ``LEFTOVER_NICE`` as the
+    solve's own threads do."""
+    import os
+    import threading
+
+    release, started, seen = threading.Event(), threading.Event(), {}
+
+    def slow():
+        seen["tid"] = threading.get_native_id()
+        started.set()
+        release.wait(10)
+
+    with milp._solve_threads():
+        parent = milp._OWNER.solve
+        milp._OWNER.solve = milp._SolveToken(parent)
+        try:
+            work = milp._owned(slow)
+        finally:
+            milp._OWNER.solve = parent
+        thread = threading.Thread(target=work)
+        thread.start()
+        assert started.wait(10)
+    nice = os.getpriority(os.PRIO_PROCESS, seen["tid"])
+    release.set()
+    thread.join(10)
+    assert nice == milp.LEFTOVER_NICE
+    assert not milp._RUNNING
+
+
 def test_a_solves_leftover_lps_are_stopped_when_it_returns():
     """HiGHS runs a solve's threads still make when it returns are interrupted (``_stop``): they
     end without a value, and a run started for that solve afterwards does not start; outside a
