@@ -3244,16 +3244,7 @@ class _Solve:
         # (benchmarks/RESULTS.md, "CBC without its preprocessing")
         solver = _mip_solver(built.model)
         # CBC: nothing at or above the best plan so far (or the caller's cutoff); HiGHS: no cutoff
-        # where a plan is in hand (its plain run finds and proves faster plans sooner than with
-        # one: benchmarks/RESULTS.md, "HiGHS' root on each half"), but where none is, nothing above
-        # the caller's cutoff less rel_gap: the question is then only whether a plan that much
-        # faster exists (qwen3-8b shape, H200, batch 32 of 2,048 tokens in 1 micro-batch, its
-        # cutoff the 2-micro-batch plan's 11.364 s: (1, 2)'s plain run took 10.1 s to its optimum,
-        # 11.397 s; with the cutoff, INFEASIBLE in 0.4 s)
-        caller_bar = cutoff * (1 - rel_gap) if (
-            solver == "highs" and cutoff is not None and self.best is None and self.heuristic is None) else None
-        status = _optimize(built, rel_gap, self.left(), limit if solver == "cbc" else caller_bar, max_nodes,
-                           solver=solver)
+        status = _optimize(built, rel_gap, self.left(), limit if solver == "cbc" else None, max_nodes, solver=solver)
         stats["bb_s"] += time.perf_counter() - t
         stats["bb_runs"] += 1
         stats["proof"] = "cbc" if solver == "cbc" else "highs"
@@ -3263,19 +3254,13 @@ class _Solve:
             if start and (self.best is None or start_plan.predicted_step_time_s < self.best.predicted_step_time_s):
                 self.best = start_plan.replace(name="milp", solver_status="feasible")
             if built.solved.status == mip.OptimizationStatus.INFEASIBLE:
-                # nothing below CBC's cutoff (the limit), or HiGHS' (the caller's less rel_gap);
-                # for HiGHS without one, no plan at all
+                # nothing below CBC's cutoff (the limit); for HiGHS, no plan at all
                 if solver == "cbc" and limit is not None:
                     self.best_bound = min(self.best_bound, limit)
-                elif caller_bar is not None:
-                    self.best_bound = min(self.best_bound, caller_bar)
                 return
             # CBC's bound without a solution is not to be trusted (it may not have reached its
-            # root); HiGHS reports a valid dual bound (-inf before its root; with a cutoff, on the
-            # plans below it: at most the cutoff on every plan)
+            # root); HiGHS reports a valid dual bound (-inf before its root)
             trusted = built.solved.objective_bound if solver == "highs" else -math.inf
-            if caller_bar is not None:
-                trusted = min(trusted, caller_bar)
             self.best_bound = min(self.best_bound, max(lp if lp is not None else 0.0, trusted))
             return
         take(status)
