@@ -2014,10 +2014,11 @@ _RUNNING = {}               # native thread id -> the token of the solve it work
 _RUNNING_LOCK = threading.Lock()
 
 
-def _owned(fn):
-    """``fn`` to run in a worker thread for the calling thread's solve (``_solve_threads``): while it
-    runs, its thread is registered as that solve's (and threads it starts are too)."""
-    owner = getattr(_OWNER, "solve", None)
+def _owned(fn, owner=None):
+    """``fn`` to run in a worker thread for the calling thread's solve (``_solve_threads``), or for
+    ``owner`` (a token) where given: while it runs, its thread is registered as that token's (and
+    threads it starts are too)."""
+    owner = owner or getattr(_OWNER, "solve", None)
     if owner is None:
         return fn
 
@@ -2487,12 +2488,10 @@ class _Solve:
                     (the other roots stopped) where the union LP, as the pairs' LPs raised it, proves
                     it (the 70B shape at batch 8 of 8,192 tokens: its root at (1, 2) ran 11 s past
                     the plan the one at (2, 2) returned)."""
-                    if found.values is None:
+                    q = _fitting_plan(builts[i], found, self.costs, self.hardware)
+                    if q is None:
                         return False
-                    built = builts[i]
-                    built.solved = found
-                    q = decode(built, self.costs, self.hardware, status="feasible", bound=None, solve_time_s=0.0)
-                    if q.fits() and q.predicted_step_time_s < self.incumbent.predicted_step_time_s and (
+                    if q.predicted_step_time_s < self.incumbent.predicted_step_time_s and (
                             cutoff is None or q.predicted_step_time_s < cutoff):
                         self.incumbent = q
                     return self.union_proves(self.incumbent)
@@ -2510,7 +2509,7 @@ class _Solve:
             plan = self.proved_at_bar(incumbent, bar, "highs") or self.faster_proved(incumbent)
             if plan is not None:
                 return plan
-            if self.incumbent is incumbent and not beats and all(self.depth_bounds[dw] >= bar for dw in self.weights):
+            if self.incumbent is incumbent and not beats and self.halves_bounded(bar):
                 return None   # nothing beats the cutoff by rel_gap: the per-depth phase skips every pair
             if self.union_interior_retry():
                 return self.proved_by_union("union_lp")
@@ -2571,11 +2570,14 @@ class _Solve:
             return self.proved_by_union("union_lp")   # (its gap against that bound: below rel_gap)
         return self.proved_at_bar(self.incumbent, self.incumbent.predicted_step_time_s * (1 - self.rel_gap), "highs")
 
+    def halves_bounded(self, bar) -> bool:
+        """Whether every half's bound (``depth_bounds``) has reached ``bar``."""
+        return all(self.depth_bounds[dw] >= bar for dw in self.weights)
+
     def proved_at_bar(self, plan, bar, proof):
         """``plan`` as proved within rel_gap where every half's bound (``depth_bounds``) has reached
         ``bar`` (its value less rel_gap), ``proof`` recorded in ``stats``; else None."""
-        if not all(self.depth_bounds[dw] >= bar for dw in self.weights) or (
-                self.cutoff is not None and plan.predicted_step_time_s >= self.cutoff):
+        if not self.halves_bounded(bar) or (self.cutoff is not None and plan.predicted_step_time_s >= self.cutoff):
             return None
         self.stats["proof"] = proof
         return plan.replace(name="milp", solver_status="optimal", gap=self.rel_gap,
@@ -3561,16 +3563,26 @@ def _fixed_neighbourhood(built: Built, fixings, costs, hardware, gap: float, tim
         for var, value in fixings:
             if var.lb <= value <= var.ub:
                 var.lb = var.ub = value
-        built.solved = _highs_mip(built.model, gap, time_limit_s, max_nodes, bound_rows=False)
+        solved = _highs_mip(built.model, gap, time_limit_s, max_nodes, bound_rows=False)
         if status is not None:
-            status.append(built.solved.status)
-        found = built.solved.values is not None
-        plan = decode(built, costs, hardware, status="feasible", bound=None, solve_time_s=0.0) if found else None
+            status.append(solved.status)
+        return _fitting_plan(built, solved, costs, hardware)
     finally:
         for var, lb, ub in saved:
             var.lb, var.ub = lb, ub
+
+
+def _fitting_plan(built: Built, solved: Solved, costs, hardware) -> Plan | None:
+    """The plan of ``solved``'s values on ``built`` (a run on its model or its arrays), if it has
+    values and the plan fits, else None (``built.solved`` left None)."""
+    if solved.values is None:
+        return None
+    built.solved = solved
+    try:
+        plan = decode(built, costs, hardware, status="feasible", bound=None, solve_time_s=0.0)
+    finally:
         built.solved = None
-    return plan if plan is not None and plan.fits() else None
+    return plan if plan.fits() else None
 
 
 # the depth indicators' values above which ``_leaning`` reads the union LP as leaning to depth 2.
@@ -3912,13 +3924,8 @@ def _cutoff_roots(problems: list, bar: float, rel_gap: float, time_limit_s: floa
     too, and their threads lowered in priority with the solve's when it returns (``_solve_threads``)."""
     def root(problem):
         return _highs_mip_arrays(*problem, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar, root_lp=CUTOFF_ROOT_LP)
-    parent = getattr(_OWNER, "solve", None)
-    token = _SolveToken(parent)
-    _OWNER.solve = token
-    try:
-        work = _owned(root)
-    finally:
-        _OWNER.solve = parent
+    token = _SolveToken(getattr(_OWNER, "solve", None))
+    work = _owned(root, token)
     try:
         with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
             futures = {pool.submit(work, problem): i for i, problem in enumerate(problems)}

@@ -441,12 +441,7 @@ def test_a_part_of_a_solve_with_its_own_token_is_lowered_with_the_solve():
         release.wait(10)
 
     with milp._solve_threads():
-        parent = milp._OWNER.solve
-        milp._OWNER.solve = milp._SolveToken(parent)
-        try:
-            work = milp._owned(slow)
-        finally:
-            milp._OWNER.solve = parent
+        work = milp._owned(slow, milp._SolveToken(milp._OWNER.solve))
         thread = threading.Thread(target=work)
         thread.start()
         assert started.wait(10)
