@@ -2468,8 +2468,12 @@ class _Solve:
             bar = (incumbent.predicted_step_time_s if beats else cutoff) * (1 - rel_gap)
             halves = [dw for dw in self.weights if self.depth_bounds[dw] < bar]
             # the depth pairs left open: those of the open halves whose own LP (pair_lps, where it
-            # ran) is below the bar
-            pairs = [d for d in self.depths if d[0] in halves and self.pair_bounds.get(d, -math.inf) < bar]
+            # ran) is below the bar, the deeper first: their roots' plans are taken in this order
+            # (_cutoff_roots), and in both cases where a root's plan stopped the others it was the
+            # deeper pair's (the Llama-3-70B shape on the H100: (2, 2) against (1, 2), at 4,096 and
+            # 8,192 tokens)
+            pairs = sorted((d for d in self.depths if d[0] in halves and self.pair_bounds.get(d, -math.inf) < bar),
+                           key=lambda d: (-d[0], -d[1]))
             t = time.perf_counter()
             if len(halves) == 1 or len(pairs) <= len(halves):
                 # one half open, or one pair per open half: the root on each open pair's own model
@@ -3917,24 +3921,38 @@ def _cutoff_roots(problems: list, bar: float, rel_gap: float, time_limit_s: floa
     pairs), asked only for a plan whose objective is at most ``bar``, side by side in threads: each
     root's ``Solved`` (INFEASIBLE where none exists).
 
-    ``enough``: called with each root's index and ``Solved`` as it ends, until it returns True;
-    then the roots still running are interrupted (their ``Solved`` then says no solution, bound -inf). The
-    roots run for a token of their own (``_owned``), so that stops them and nothing else of the
-    solve; any still running once this returns (past their time limit, ``_run_by``) are stopped
-    too, and their threads lowered in priority with the solve's when it returns (``_solve_threads``)."""
+    ``enough``: called with each root's index and ``Solved`` in the order of ``problems`` (a root
+    that ends before those listed ahead of it waits for them), until it returns True; then the roots
+    after it are interrupted, and each of them, ended or not, reports no solution (bound -inf). In
+    that order, and not the order they end in, what ``enough`` sees and what comes back do not
+    depend on which root the machine's load lets end first (a caller that keeps the plans its
+    roots return would otherwise keep different plans under another load). The roots run for a
+    token of their own (``_owned``), so that stops them and nothing else of the solve; any still
+    running once this returns (past their time limit, ``_run_by``) are stopped too, and their
+    threads lowered in priority with the solve's when it returns (``_solve_threads``)."""
     def root(problem):
         return _highs_mip_arrays(*problem, rel_gap, time_limit_s, HIGHS_CUTOFF_NODES, bar, root_lp=CUTOFF_ROOT_LP)
     token = _SolveToken(getattr(_OWNER, "solve", None))
     work = _owned(root, token)
     try:
         with _quiet_stdout(), concurrent.futures.ThreadPoolExecutor(max(1, len(problems))) as pool:
-            futures = {pool.submit(work, problem): i for i, problem in enumerate(problems)}
-            for future in concurrent.futures.as_completed(futures):
-                if enough is not None and not token.stopped and enough(futures[future], future.result()):
+            futures = [pool.submit(work, problem) for problem in problems]
+            found = []
+            for i, future in enumerate(futures):
+                if token.stopped:
+                    found.append(_STOPPED_ROOT)
+                    continue
+                found.append(future.result())
+                if enough is not None and enough(i, found[-1]):
                     _stop(token)
-            return [f.result() for f in sorted(futures, key=futures.get)]
+            return found
     finally:
         _stop(token)
+
+
+# what ``_cutoff_roots`` reports for a root after the one ``enough`` accepted, ended or not
+_STOPPED_ROOT = Solved(status=mip.OptimizationStatus.NO_SOLUTION_FOUND, objective_value=None,
+                       objective_bound=-math.inf, values=None)
 
 
 def _half_roots(union_built: Built, arrays, bar: float, halves, rel_gap: float, time_limit_s: float) -> dict:

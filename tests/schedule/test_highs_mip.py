@@ -625,6 +625,39 @@ def test_a_process_that_plans_and_ends_exits_cleanly():
         assert out.returncode == 0 and "ended" in out.stdout, (delay, out.returncode, out.stderr[-500:])
 
 
+@pytest.mark.parametrize("first_to_end", [0, 1])
+def test_cutoff_roots_take_their_results_in_order_whichever_ends_first(monkeypatch, first_to_end):
+    """``_cutoff_roots`` hands ``enough`` each root's result in the order of its problems, not the
+    order the roots end in, so what it accepts and returns is the same whichever root the machine
+    lets end first: here both roots return a plan and ``enough`` accepts any; root 0's is taken,
+    and root 1's (ended first or not) is reported as stopped. Taken as they ended, the result
+    changed with the order (root 1's plan, root 0 stopped)."""
+    import time as time_module
+
+    plans = [milp.Solved(status=mip.OptimizationStatus.FEASIBLE, objective_value=10.0 + i, objective_bound=9.0,
+                         values=[float(i)]) for i in range(2)]
+
+    def fake_root(arrays, integrality, *args, **kwargs):
+        i = arrays
+        time_module.sleep(0.0 if i == first_to_end else 0.3)
+        return plans[i]
+    monkeypatch.setattr(milp, "_highs_mip_arrays", fake_root)
+    calls = []
+
+    def enough(i, found):
+        calls.append((i, found.objective_value))
+        return True
+    found = milp._cutoff_roots([(0, None), (1, None)], 11.5, 0.01, 10.0, enough)
+    assert calls == [(0, 10.0)]
+    assert found[0] is plans[0]
+    assert found[1].status == mip.OptimizationStatus.NO_SOLUTION_FOUND and found[1].values is None
+    assert found[1].objective_bound == -math.inf
+    # without enough every root's result comes back, in order
+    calls.clear()
+    assert milp._cutoff_roots([(0, None), (1, None)], 11.5, 0.01, 10.0) == plans
+    assert calls == []
+
+
 def _varied_instance(monkeypatch, seed, num_layers):
     """benchmarks/planner_probes.py's instance of varied magnitudes (``varied_instance``)."""
     return _benchmark_module(monkeypatch, "planner_probes").varied_instance(seed, num_layers)[:2]

@@ -669,8 +669,9 @@ def _settle_run(monkeypatch, *, cutoff, pair_bounds, depth_bounds, union):
 @pytest.mark.parametrize("union,proof", [(9.9, "highs"), (10.0, "union_lp")])
 def test_settle_roots_the_open_pairs_and_keeps_the_plan_a_root_finds(monkeypatch, union, proof):
     """Where the depth pairs' own LPs (``pair_lps``) leave one pair open in each open half, HiGHS'
-    root runs on those two pairs' own models (``_pair_roots``), not on the halves; a plan a root
-    finds below the bar becomes the incumbent as that root ends, and the bounds prove it. With the
+    root runs on those two pairs' own models (``_pair_roots``, the deeper pair first), not on the
+    halves; a plan a root finds below the bar becomes the incumbent as that root's result is taken,
+    and the bounds prove it. With the
     union LP at 9.9 s, not by it (2 % below): the other pair's root found none below the bar, so its
     half is ruled out there, and the found plan's own half by its pairs' LPs. With the union LP at
     10.0 s it proves the plan (within 1 %) as soon as the root returns it: the roots still running
@@ -687,10 +688,10 @@ def test_settle_roots_the_open_pairs_and_keeps_the_plan_a_root_finds(monkeypatch
                            objective_bound=math.inf, values=None)
         plan = milp.Solved(status=mip.OptimizationStatus.FEASIBLE, objective_value=10.1,
                            objective_bound=9.95, values=[1.0])
-        said.append(enough(1, plan))   # the plan's root ends first
+        said.append(enough(0, plan))   # the deeper pair's root, first in the pairs' order
         if not said[-1]:
-            said.append(enough(0, none))
-        return [none, plan]
+            said.append(enough(1, none))
+        return [plan, none]
 
     def decode(built, *a, **kw):
         assert built.solved.objective_value == 10.1 and (built.weight_prefetch_depth, built.act_prefetch_depth) == (2, 2)
@@ -700,7 +701,7 @@ def test_settle_roots_the_open_pairs_and_keeps_the_plan_a_root_finds(monkeypatch
     monkeypatch.setattr(run, "union_interior_retry", lambda: pytest.fail("a retry after a proof"), raising=False)
     found.replace = lambda **kw: ("proved", kw.get("solver_status"))
     assert rooted == [] and run.settle() == ("proved", "optimal")
-    assert rooted == [(1, 2), (2, 2)] and bars == [pytest.approx(10.3 * 0.99)]
+    assert rooted == [(2, 2), (1, 2)] and bars == [pytest.approx(10.3 * 0.99)]   # the deeper pair first
     assert run.incumbent is found and run.stats["proof"] == proof
     assert said == ([False, False] if proof == "highs" else [True])
     if proof == "highs":
