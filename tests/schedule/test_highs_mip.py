@@ -684,11 +684,11 @@ def test_highs_mip_agrees_with_cbc_where_its_full_presolve_did_not(monkeypatch, 
 
 
 def test_cutoff_roots_stop_the_others_once_one_is_enough(monkeypatch):
-    """``_cutoff_roots``' ``enough``: called with each root's index and result as it ends, until it
-    returns True; then the roots still running are interrupted and report no solution (bound -inf),
-    where they would have run on to their own answer. Here a 32-layer root (varied seed 0, depths
-    (2, 2), its bar 0.5 % above its LP: INFEASIBLE after a few seconds when left alone) beside an
-    8-layer one (depths (1, 1)) that ends at once."""
+    """``_cutoff_roots``' ``enough``: called with each root's index and result in the roots' order,
+    until it returns True; then the roots after it are interrupted and report no solution (bound
+    -inf), where they would have run on to their own answer. Here a 32-layer root (varied seed 0,
+    depths (2, 2), its bar 0.5 % above its LP: INFEASIBLE after a few seconds when left alone)
+    after an 8-layer one (depths (1, 1)) that ends at once."""
     small, small_hw = _random_instance(8, 4)
     large, large_hw = _varied_instance(monkeypatch, 0, 32)
     problems, bars = [], []
@@ -706,7 +706,7 @@ def test_cutoff_roots_stop_the_others_once_one_is_enough(monkeypatch):
         calls.append((i, found.status))
         return i == 0
     found = milp._cutoff_roots(problems, bar, 0.0, 60.0, enough)
-    assert [i for i, _ in calls] == [0]   # the first to end; not called again once it said enough
+    assert [i for i, _ in calls] == [0]   # the first root; not called again once it said enough
     assert found[0].status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
     assert found[1].status == mip.OptimizationStatus.NO_SOLUTION_FOUND and found[1].objective_bound == -math.inf
     # left alone, the large root answers
