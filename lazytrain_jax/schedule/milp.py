@@ -2902,10 +2902,14 @@ class _Solve:
         """Once, after the first neighbourhood (``union_phase``; before it, varied seed 6 at 128
         layers took 4.9 s where ``_rens`` proves a plan in 2.4 s, its neighbourhood 2.7 s):
         ``_offload_pattern`` from the union LP's solution where it takes at least
-        ``PATTERN_MIN_SHARE`` of the residual offloads in part: at the depth pairs in the order that
-        solution leans to, up to the first that gives a plan (a pattern's staging may not fit at
-        activation depth 2; an infeasible neighbourhood takes 0.0-0.1 s); the incumbent replaced
-        by a faster plan. Real shapes at 128 layers (H200, room for a third of the boundaries),
+        ``PATTERN_MIN_SHARE`` of the residual offloads in part: at each depth pair in the order that
+        solution leans to (a pattern's staging may not fit at activation depth 2; an infeasible
+        neighbourhood takes 0.0-0.1 s), until the union LP proves the incumbent, skipping a pair
+        whose half of the union LP rules out a plan rel_gap faster; the incumbent replaced by a
+        faster plan. Not only up to the first pair that gives one: qwen2.5-7b shape, H200, room for
+        a third of the boundaries, 128 layers, the pairs in the LP's order gave none, none and
+        39.354 s at (1, 1), and (2, 1) after them 38.838 s (the solve's plan 39.025 s, 1.47 %
+        unproved at its 20 s limit; with (2, 1) tried, 38.735 s proved at 0.79 % in 10.6 s). Real shapes at 128 layers (H200, room for a third of the boundaries),
         the union LP's, the solve's plan before, this neighbourhood's: llama3-8b 35.289, 36.564
         (3.5 % unproved), 35.464 s; dense-27b 62.492, 63.371 (1.36 % unproved), 62.694 s; qwen3-8b
         31.722, 31.975 (proved in 19.5 s), 32.019 s; where it finds nothing better (qwen2.5-3b on
@@ -2923,14 +2927,15 @@ class _Solve:
         if not self.neighbourhoods_open():
             return
         for d in _leaning(point, self.union_built, self.depths, self.tie()):
-            if self.expired():
+            if self.expired() or self.union_proves(self.incumbent):
                 return
+            if d[0] in self.depth_bounds and \
+                    self.depth_bounds[d[0]] >= self.incumbent.predicted_step_time_s * (1 - self.rel_gap):
+                continue  # its half of the union LP rules out a plan rel_gap faster here
             q = self.counted(_offload_pattern, self.model_at(d), self.union_built, point, self.costs, self.hardware,
                              self.rel_gap, self.left(), min(self.max_nodes, RENS_MAX_NODES))
-            if q is not None:
-                if q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
-                    self.incumbent = q
-                return
+            if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
+                self.incumbent = q
 
     def half_neighbourhoods(self):
         """The union LP split on the weight prefetch depth, and ``rens_at`` each half's solution

@@ -809,15 +809,20 @@ def test_systematic_rounding_spreads_the_ones_as_the_values_do():
     assert numpy.array_equal(ones, numpy.floor(numpy.cumsum(values) + 1e-9))
 
 
-@pytest.mark.parametrize("share,plans,tried,incumbent", [
-    (0.8, [None, 9.5], [], 10.0),          # too few offloads taken in part: not run
-    (0.9, [None, 9.5, 9.0], [0, 1], 9.5),  # the pairs in leaning order, up to the first plan
-    (1.0, [10.5, 9.0], [0], 10.0),         # a plan slower than the incumbent: not taken, no more pairs
+@pytest.mark.parametrize("share,bounds,plans,tried,incumbent", [
+    (0.8, {}, [None, 9.5, None, None], [], 10.0),           # too few offloads taken in part: not run
+    (0.9, {}, [None, 9.5, 9.0, 9.2], [0, 1, 2, 3], 9.0),    # every pair in leaning order, the fastest kept
+    (1.0, {}, [10.5, 9.0, 8.05, 7.0], [0, 1, 2], 8.05),     # none once the union LP proves the incumbent
+    (1.0, {1: 9.95}, [None, 9.0, 9.5, 9.0], [0, 2], 9.5),   # nor where its half rules out a plan 1 % faster
 ])
-def test_offload_pattern_runs_where_the_union_lp_offloads_in_part(monkeypatch, share, plans, tried, incumbent):
+def test_offload_pattern_runs_where_the_union_lp_offloads_in_part(monkeypatch, share, bounds, plans, tried,
+                                                                  incumbent):
     """``_Solve.offload_pattern``: where the union LP takes at least ``PATTERN_MIN_SHARE`` of the
-    residual offloads in part, ``_offload_pattern`` runs at the depth pairs in the order the LP
-    leans to until one gives a plan, which replaces a slower incumbent."""
+    residual offloads in part, ``_offload_pattern`` runs at each depth pair in the order the LP
+    leans to (the first pair's plan need not be the best: qwen2.5-7b shape, H200, a third of the
+    room, 128 layers), the fastest plan replacing a slower incumbent; it stops once the union LP
+    (8.0 here) proves the incumbent, and skips a pair whose half of the union LP rules out a plan
+    rel_gap faster than the incumbent."""
     order = [(2, 2), (1, 2), (2, 1), (1, 1)]
     run = milp._Solve.__new__(milp._Solve)
     run.rel_gap, run.deadline, run.max_nodes, run.depths = 1e-2, math.inf, 300, milp.MILP_DEPTHS
@@ -827,7 +832,7 @@ def test_offload_pattern_runs_where_the_union_lp_offloads_in_part(monkeypatch, s
     off = {l: f"off {l}" for l in range(10)}
     run.union_built = types.SimpleNamespace(off=off)
     run.union_point = ["union point"]
-    run.depth_bounds, run.prebuilt = {}, {}
+    run.depth_bounds, run.prebuilt = dict(bounds), {}
     run.incumbent = types.SimpleNamespace(predicted_step_time_s=10.0)
     monkeypatch.setattr(milp, "_fractional_offloads", lambda built, point: round(share * len(off)))
     monkeypatch.setattr(milp, "_leaning", lambda point, built, depths, tie=None: order)
@@ -836,7 +841,7 @@ def test_offload_pattern_runs_where_the_union_lp_offloads_in_part(monkeypatch, s
 
     def pattern(built, union_built, point, costs, hardware, rel_gap, time_limit_s, max_nodes):
         calls.append(order.index(built))
-        value = plans[len(calls) - 1]
+        value = plans[order.index(built)]
         return None if value is None else types.SimpleNamespace(predicted_step_time_s=value)
     monkeypatch.setattr(milp, "_offload_pattern", pattern)
     run.offload_pattern()
