@@ -1070,6 +1070,43 @@ def test_pair_lps_prove_from_the_offload_splits_first_bounds(monkeypatch, proves
         assert run.union == pytest.approx(value) and stats["proof"] == "pair_lps"
 
 
+@pytest.mark.parametrize("proves", [True, False])
+def test_pair_lps_join_the_offload_split_before_their_lps(monkeypatch, proves):
+    """``_Solve.pair_lps``: the union LP's offload split started beside it is joined once the
+    pairs' models are built, before their LPs; where its bound proves the incumbent, no pair's LP
+    is solved (the union phase's plan then comes from the union LP, so raised), else every pair's."""
+    costs, hw = _random_instance(12, 7)
+    run, stats = _pair_lps_run(monkeypatch, costs, hw)
+    value = run.union * 1.5
+    split = value * (1 - 0.5e-2) if proves else value * (1 - 2e-2)
+    run.incumbent = types.SimpleNamespace(predicted_step_time_s=value, replace=lambda **kw: ("proved", kw))
+    run.offload_split = milp.concurrent.futures.Future()
+    run.offload_split.set_result((split, 0.25))
+    solved = []
+    real_in_thread = milp._in_thread
+
+    def in_thread(fn, *args):
+        if fn is milp._highs_solve:
+            solved.append(args[0])
+        return real_in_thread(fn, *args)
+    monkeypatch.setattr(milp, "_in_thread", in_thread)
+    built_at_join = []
+    join = run.join_offload_split
+
+    def join_offload_split():
+        built_at_join.append(sorted(run.prebuilt))
+        join()
+    monkeypatch.setattr(run, "join_offload_split", join_offload_split, raising=False)
+    lp_solves = stats["lp_solves"]
+    run.pair_lps()
+    assert built_at_join == [sorted(milp.MILP_DEPTHS)] and run.offload_split_joined
+    assert run.pairs_done and run.union >= split
+    assert run.union_proves(run.incumbent) == proves
+    assert len(solved) == (0 if proves else len(milp.MILP_DEPTHS))
+    if proves:
+        assert run.pair_proof is None and stats["lp_solves"] == lp_solves
+
+
 def test_rens_leaves_the_tiers_free_where_fixing_them_is_infeasible():
     """``_rens`` fixes every decision the LP takes whole; where those tiers do not fit the depth
     pair's memory (the LP's point took part of another pair's room) HiGHS says infeasible at once,
