@@ -2917,8 +2917,9 @@ class _Solve:
         faster plan. Not only up to the first pair that gives one: qwen2.5-7b shape, H200, room for
         a third of the boundaries, 128 layers, the pairs in the LP's order gave none, none and
         39.354 s at (1, 1), and (2, 1) after them 38.838 s (the solve's plan 39.025 s, 1.47 %
-        unproved at its 20 s limit; with (2, 1) tried, 38.735 s proved at 0.79 % in 10.6 s). Real shapes at 128 layers (H200, room for a third of the boundaries),
-        the union LP's, the solve's plan before, this neighbourhood's: llama3-8b 35.289, 36.564
+        unproved at its 20 s limit; with (2, 1) tried, 38.735 s proved at 0.79 % in 10.6 s). Real
+        shapes at 128 layers (H200, room for a third of the boundaries), the union LP's, the
+        solve's plan before, this neighbourhood's (before that change): llama3-8b 35.289, 36.564
         (3.5 % unproved), 35.464 s; dense-27b 62.492, 63.371 (1.36 % unproved), 62.694 s; qwen3-8b
         31.722, 31.975 (proved in 19.5 s), 32.019 s; where it finds nothing better (qwen2.5-3b on
         the H200 and A100: 1.9-8.4 % above the union LP, worse than the search's) it costs 0.3-1.3 s."""
