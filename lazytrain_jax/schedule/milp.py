@@ -513,6 +513,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # window before its backward, which is RC_{l-1} when a recompute segment ends at l + 1 (that
     # placement linearised: z = off · Σ x[s, l+1]), else the window of the item above
     spread_cuts = []  # (window, seconds, indicator): a fetch that window or the one before it makes
+    fetched_in = {}   # window -> (layer, indicator) of the residual fetch whole in it at activation depth 1
     fetch_max = {}    # window -> the most bytes of residuals fetched in it
     for l, o in off.items():
         win[f"F{l + 1}"]["down"] = win[f"F{l + 1}"]["down"] + R[l] * o
@@ -532,6 +533,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             win[above]["up_a"] = win[above]["up_a"] + R[l] * o
             fetched_above = o
         fetch_max[above] = fetch_max.get(above, 0.0) + R[l]
+        fetched_in[above] = (l, fetched_above)
         # the fetch's hull cut (as the copy down's): without it the LP fetches an eighth of every
         # residual into each backward window's idle upload time, which no whole residual fits
         # (llama3-8b, 64 layers: the LP 1.6 % below the plan, 0.14 % with it). Whole in the window
@@ -672,6 +674,8 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             hull_rows(t, base, base0, res_l, [(sec, z)], less=y_a)
         for cut in w["cuts"]:
             hull_rows(t, base, base0, res_l, cut)
+    if FETCH_BASE_ROWS and not hardware.host_shares_device and da == 1 and not union:
+        _fetch_and_base_rows(m, window_time, fetched_in, u, res, L, S, A, R, bwd, bwd_rc, h2d)
     if case_cuts and not hardware.host_shares_device:
         # case cuts (the hull of a window over the cases that decide its loads): a window's loads
         # depend on which of several mutually exclusive indicators holds (which segment ends at a
@@ -1105,6 +1109,54 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
                  objective_const=objective_const, weight_prefetch_depth=dw, act_prefetch_depth=da, num_layers=L,
                  res_max=res_max, res_floor=min(R[l] for l in off) / unit if off else 0.0,
                  depth_indicators=(y_w, y_a) if union else None)
+
+
+# whether ``build`` writes ``_fetch_and_base_rows``
+FETCH_BASE_ROWS = True
+
+
+def _fetch_and_base_rows(m: _Model, window_time: dict, fetched_in: dict, u: dict, res: dict, L: int, S: int,
+                         A, R, bwd, bwd_rc, h2d: float) -> int:
+    """Rows for a backward window B_l at activation depth 1 that fetches, whole, both layer l − 1's
+    residuals (indicator f) and the base of the segment ending at l from the host or NVMe (U =
+    Σ_s u[s, l], at most one such segment): with layer l's residuals dropped the window computes
+    bwd_rc[l], and its upload then lasts at least (R[l − 1] + the least such base) / h2d. Each
+    fetch alone may fit under that compute while both together do not; the window's hull rows,
+    one load at a time, miss it. So
+
+        t_l ≥ compute_l + c · (f + U − 1),   c = (R[l − 1] + min_s A[s]) / h2d − bwd_rc[l] > 0,
+
+    with compute_l = bwd_rc[l] − (bwd_rc[l] − bwd[l]) · res_l. Valid at every plan: where f + U ≤ 1
+    the row says no more than the compute; where both fetches are made it says (R + A_min) / h2d
+    with the residuals dropped, and less than that with them kept (bwd ≤ bwd_rc). Written as bound
+    rows (``_Model.add_bound_row``) of the depth pairs' own models only: the neighbourhoods'
+    sub-MIPs leave them out, and the union LP, whose solution the rounding and the first
+    neighbourhoods start from, is without them. Written into every model (the union's less c · y_a)
+    they proved one more real shape but changed the plans of 10 of 40 varied 128-layer seeds,
+    three of them at the time limit slower by 0.06-0.4 % (benchmarks/RESULTS.md, "A residual's
+    fetch beside a segment base's"). Returns the number of rows.
+
+    Why: qwen2.5-3b shape on the A100 with room for a third of the boundaries, 128 layers, depths
+    (2, 1): the LP took half of every layer's residuals to the host and half of every window's
+    recompute, each window 0.0712 s, where a plan alternates windows of 0.0572 s (residuals kept,
+    nothing fetched) and 0.0903 s (recomputed, with a residual of 0.0847 s and a base of 0.0056 s to
+    fetch): the LP 19.733 s against a plan of 20.046 s that HiGHS proves within 0.1 % in 123 s."""
+    rows = 0
+    for l in range(1, L):
+        t = window_time.get(f"B{l}")
+        if f"B{l}" not in fetched_in or isinstance(t, (int, float)):
+            continue
+        layer, f = fetched_in[f"B{l}"]
+        tops = [(s, u[s, l]) for s in range(max(0, l - S), l) if (s, l) in u]
+        if layer != l - 1 or not tops:
+            continue
+        c = (R[layer] + min(A[s] for s, _ in tops)) / h2d - bwd_rc[l]
+        if c <= 0.0:
+            continue
+        compute = bwd_rc[l] - (bwd_rc[l] - bwd[l]) * res[l] if l in res else bwd_rc[l]
+        m.add_bound_row(_ge(t, compute + c * (f + linear.xsum(var for _, var in tops) - 1)))
+        rows += 1
+    return rows
 
 
 def _tighten_window_rows(m: _Model, windows) -> int:

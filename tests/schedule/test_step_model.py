@@ -179,6 +179,46 @@ def test_milp_objective_equals_step_model_on_many_fixed_plans(seed):
     assert_fixed_plans_valued_alike(random.Random(seed), 300, 10)
 
 
+def fetch_and_base_instance(device_memory=None):
+    """8 layers whose residual fetch (29 ms) fits under a recomputing backward's 30 ms but not with
+    a segment base's fetch (5 ms) beside it; a host optimizer slow enough (50 ms a layer) that the
+    forward hides the residuals' copies down. ``device_memory``: room for the fixed bytes, one
+    boundary and one layer's residuals (default) or the given bytes."""
+    costs = synthetic_costs(num_layers=8, weight_bytes=0.1 * GB, boundary_bytes=0.5 * GB, fwd_time=0.01,
+                            residual_bytes=2.9 * GB, head_bytes=0.1 * GB, head_time=0.005, workspace_bytes=0.1 * GB,
+                            head_workspace_bytes=0.1 * GB)
+    hw = Hardware(device_memory=1e15, host_memory=1e15, h2d_bw=100 * GB, d2h_bw=100 * GB, device_flops=1e14,
+                  host_opt_rate=1e9, device_margin=0.0)
+    if device_memory is None:
+        device_memory = sum(memory.constant_bytes(costs, hw).values()) + 0.5 * GB + 2.9 * GB
+    return costs, hw.replace(device_memory=device_memory)
+
+
+def test_fetch_and_base_rows_hold_at_every_plan_and_raise_the_lp(monkeypatch):
+    """``milp._fetch_and_base_rows`` (a backward window at activation depth 1 that fetches a
+    residual and a segment base together): with every plan's decisions fixed the MILP values it as
+    the step model does (60 random plans at activation depth 1 without NVMe, room for all of them); on a tight
+    device the rows raise the depth-(1, 1) LP, which stays below the exact optimum, and the exact
+    optimum is the same with and without them."""
+    costs, roomy = fetch_and_base_instance(1e15)
+    rng = random.Random(5)
+    plans = 0
+    while plans < 60:
+        p = random_plan(rng, costs, roomy, max_depth=2, modes=("pipelined",))
+        if p.act_prefetch_depth != 1 or "nvme" in p.boundary_tiers:   # (no NVMe here)
+            continue
+        plans += 1
+        assert fixed_milp_value(p, 8, 8) == pytest.approx(p.predicted_step_time_s, rel=1e-5)
+    costs, hw = fetch_and_base_instance()
+    lps, exact = {}, {}
+    for rows in (False, True):
+        monkeypatch.setattr(milp, "FETCH_BASE_ROWS", rows)
+        lps[rows] = milp._relaxed(milp.build(costs, hw))
+        exact[rows] = milp.solve(costs, hw, rel_gap=0.0, depths=[(1, 1)]).predicted_step_time_s
+    assert exact[True] == pytest.approx(exact[False], rel=1e-9)
+    assert lps[False] + 1e-3 < lps[True] <= exact[True] * (1 + 1e-7)   # 0.9252 -> 0.9299 s; optimum 0.951 s
+
+
 def test_milp_moves_a_segment_base_and_a_residual_fetch_from_one_window():
     """At activation depth 2 a backward window's upload may hold a segment's host base and a
     layer's host residuals both; the step model moves both into the window before. The MILP's share
