@@ -1132,7 +1132,7 @@ def _fetch_and_base_rows(m: _Model, window_time: dict, fetched_in: dict, u: dict
     rows (``_Model.add_bound_row``) of the depth pairs' own models only: the neighbourhoods'
     sub-MIPs leave them out, and the union LP, whose solution the rounding and the first
     neighbourhoods start from, is without them. Written into every model (the union's less c · y_a)
-    they proved one more real shape but changed the plans of 10 of 40 varied 128-layer seeds,
+    they proved one more real shape but changed the plans of 9 of 40 varied 128-layer seeds,
     three of them at the time limit slower by 0.06-0.4 % (benchmarks/RESULTS.md, "A residual's
     fetch beside a segment base's"). Returns the number of rows.
 
