@@ -711,15 +711,19 @@ def test_offload_split_beside_the_first_step_gives_the_same_plan_whichever_ends_
     assert results == [(calm.replace(solve_time_s=0.0), calm_counts)] * 2
 
 
-def test_the_segment_rows_only_tighten_the_bound():
+def test_the_segment_rows_only_tighten_the_bound(monkeypatch):
     """The backward pass's segment rows are bound rows (``_Model.add_bound_row``): one in a depth
     pair's model, two in the union relaxation (depth 2's, and depth 1's less y_w times its reach).
     Left out, as the neighbourhoods' sub-MIPs leave them out, the LP drops and HiGHS finds the
-    same optimum: they cut no plan."""
+    same optimum: they cut no plan. The depth pair's model here has six more bound rows
+    (``_fetch_and_base_rows``, counted apart), checked with them."""
     costs, hw = _link_bound_instance(8)
     assert len(milp.build(costs, hw, union=True).model.bound_rows) == 2
+    monkeypatch.setattr(milp, "FETCH_BASE_ROWS", False)
+    assert len(milp.build(costs, hw).model.bound_rows) == 1
+    monkeypatch.setattr(milp, "FETCH_BASE_ROWS", True)
     built = milp.build(costs, hw)
-    assert len(built.model.bound_rows) == 1
+    assert len(built.model.bound_rows) == 1 + 6
     lp = {rows: milp._highs_solve(milp._highs_arrays(built.model, bound_rows=rows)) for rows in (True, False)}
     assert lp[False] < lp[True] * (1 - 1e-3)
     optimum = {rows: milp._highs_mip(built.model, 0.0, 60.0, 10**6, bound_rows=rows).objective_value
