@@ -513,7 +513,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
     # window before its backward, which is RC_{l-1} when a recompute segment ends at l + 1 (that
     # placement linearised: z = off · Σ x[s, l+1]), else the window of the item above
     spread_cuts = []  # (window, seconds, indicator): a fetch that window or the one before it makes
-    fetched_in = {}   # window -> (layer, indicator) of the residual fetch whole in it at activation depth 1
+    fetched_in = {}   # layer l -> the indicator of its residuals' fetch in the window above (B_{l+1} or FH)
     fetch_max = {}    # window -> the most bytes of residuals fetched in it
     for l, o in off.items():
         win[f"F{l + 1}"]["down"] = win[f"F{l + 1}"]["down"] + R[l] * o
@@ -533,7 +533,7 @@ def build(costs, hardware, *, max_segment_length: int = 8, max_resident_tail: in
             win[above]["up_a"] = win[above]["up_a"] + R[l] * o
             fetched_above = o
         fetch_max[above] = fetch_max.get(above, 0.0) + R[l]
-        fetched_in[above] = (l, fetched_above)
+        fetched_in[l] = fetched_above
         # the fetch's hull cut (as the copy down's): without it the LP fetches an eighth of every
         # residual into each backward window's idle upload time, which no whole residual fits
         # (llama3-8b, 64 layers: the LP 1.6 % below the plan, 0.14 % with it). Whole in the window
@@ -1116,7 +1116,7 @@ FETCH_BASE_ROWS = True
 
 
 def _fetch_and_base_rows(m: _Model, window_time: dict, fetched_in: dict, u: dict, res: dict, L: int, S: int,
-                         A, R, bwd, bwd_rc, h2d: float) -> int:
+                         A, R, bwd, bwd_rc, h2d: float) -> None:
     """Rows for a backward window B_l at activation depth 1 that fetches, whole, both layer l − 1's
     residuals (indicator f) and the base of the segment ending at l from the host or NVMe (U =
     Σ_s u[s, l], at most one such segment): with layer l's residuals dropped the window computes
@@ -1134,29 +1134,23 @@ def _fetch_and_base_rows(m: _Model, window_time: dict, fetched_in: dict, u: dict
     neighbourhoods start from, is without them. Written into every model (the union's less c · y_a)
     they proved one more real shape but changed the plans of 9 of 40 varied 128-layer seeds,
     three of them at the time limit slower by 0.06-0.4 % (benchmarks/RESULTS.md, "A residual's
-    fetch beside a segment base's"). Returns the number of rows.
+    fetch beside a segment base's").
 
     Why: qwen2.5-3b shape on the A100 with room for a third of the boundaries, 128 layers, depths
     (2, 1): the LP took half of every layer's residuals to the host and half of every window's
     recompute, each window 0.0712 s, where a plan alternates windows of 0.0572 s (residuals kept,
     nothing fetched) and 0.0903 s (recomputed, with a residual of 0.0847 s and a base of 0.0056 s to
     fetch): the LP 19.733 s against a plan of 20.046 s that HiGHS proves within 0.1 % in 123 s."""
-    rows = 0
     for l in range(1, L):
         t = window_time.get(f"B{l}")
-        if f"B{l}" not in fetched_in or isinstance(t, (int, float)):
-            continue
-        layer, f = fetched_in[f"B{l}"]
         tops = [(s, u[s, l]) for s in range(max(0, l - S), l) if (s, l) in u]
-        if layer != l - 1 or not tops:
+        if l - 1 not in fetched_in or isinstance(t, (int, float)) or not tops:
             continue
-        c = (R[layer] + min(A[s] for s, _ in tops)) / h2d - bwd_rc[l]
+        c = (R[l - 1] + min(A[s] for s, _ in tops)) / h2d - bwd_rc[l]
         if c <= 0.0:
             continue
         compute = bwd_rc[l] - (bwd_rc[l] - bwd[l]) * res[l] if l in res else bwd_rc[l]
-        m.add_bound_row(_ge(t, compute + c * (f + linear.xsum(var for _, var in tops) - 1)))
-        rows += 1
-    return rows
+        m.add_bound_row(_ge(t, compute + c * (fetched_in[l - 1] + linear.xsum(var for _, var in tops) - 1)))
 
 
 def _tighten_window_rows(m: _Model, windows) -> int:
@@ -2626,6 +2620,12 @@ class _Solve:
             return self.proved_by_union("union_lp")   # (its gap against that bound: below rel_gap)
         return self.proved_at_bar(self.incumbent, self.incumbent.predicted_step_time_s * (1 - self.rel_gap), "highs")
 
+    def half_rules_out(self, dw) -> bool:
+        """Whether the union LP's half at weight depth ``dw`` (the depth split, where joined) rules
+        out a plan rel_gap faster than the incumbent."""
+        return dw in self.depth_bounds and \
+            self.depth_bounds[dw] >= self.incumbent.predicted_step_time_s * (1 - self.rel_gap)
+
     def halves_bounded(self, bar) -> bool:
         """Whether every half's bound (``depth_bounds``) has reached ``bar``."""
         return all(self.depth_bounds[dw] >= bar for dw in self.weights)
@@ -2990,9 +2990,8 @@ class _Solve:
         for d in _leaning(point, self.union_built, self.depths, self.tie()):
             if self.expired() or self.union_proves(self.incumbent):
                 return
-            if d[0] in self.depth_bounds and \
-                    self.depth_bounds[d[0]] >= self.incumbent.predicted_step_time_s * (1 - self.rel_gap):
-                continue  # its half of the union LP rules out a plan rel_gap faster here
+            if self.half_rules_out(d[0]):
+                continue
             q = self.counted(_offload_pattern, self.model_at(d), self.union_built, point, self.costs, self.hardware,
                              self.rel_gap, self.left(), min(self.max_nodes, RENS_MAX_NODES))
             if q is not None and q.predicted_step_time_s < self.incumbent.predicted_step_time_s:
@@ -3069,8 +3068,7 @@ class _Solve:
                 break
             if (dw, da) == (1, 1):
                 continue
-            if dw in self.depth_bounds and \
-                    self.depth_bounds[dw] >= self.incumbent.predicted_step_time_s * (1 - self.rel_gap):
+            if self.half_rules_out(dw):
                 # its half of the union LP (the depth split, joined beside an earlier search)
                 # already rules out a plan rel_gap faster there: varied seed 3, 128 layers,
                 # 5.26 -> 4.47 s, the same plan; every other planner.py row and varied seed
