@@ -38,6 +38,11 @@
             predicted step
   polish    each ``search.polish`` one ``milp.solve`` makes on those instances (its rounding's plan,
             its neighbourhoods'), replayed alone: the median and spread of five runs each
+  timeline  one ``milp.solve`` per instance ("random" or a varied seed, --seeds) as ``planner.py`` (a)
+            runs it, each of its steps as it ends: its start and end in seconds from the solve's
+            start, its thread, and the plan's step time where the step returns one (nested steps
+            indented; LPs run beside the solve's own thread appear as they end; steps that took
+            under a millisecond and return no plan are left out)
   builds    ``milp.build``'s seconds on the random row of ``planner.py`` at --layers: the union model
             and each depth pair's, median of five, and the models' sizes (to compare two commits)
   shapes    ``milp.solve`` on real model shapes at --layers layers (``shape_instances``: every model
@@ -45,12 +50,12 @@
             room for a third of the boundaries; --seeds filters by label substring): seconds, gap, proof
 
 Run: python benchmarks/planner_probes.py [lps|groups|cbc|windows|seeds|root|varied|varied-lps|kept|search|polish|shapes|
-     shape-lps|pair-lps|lp-paths|leftover|builds] [--layers 64] [--depths 2 1]
+     shape-lps|pair-lps|lp-paths|leftover|builds|timeline] [--layers 64] [--depths 2 1]
      [--width 32 --nodes 100] [--seeds ...] [--no-preprocess]
 
 --seeds by probe: seeds and root take random instances SEED:NVME (default 7:1 8:1 9:1 8:0 11:0);
 varied, varied-lps and kept take varied seeds, plain integers (default 0 ... 39, the family the
-planner's aims are quoted on); search and polish take "random" or varied seeds (default random); shapes,
+planner's aims are quoted on); search, polish and timeline take "random" or varied seeds (default random); shapes,
 shape-lps and pair-lps take label substrings (default: every shape). The other probes ignore
 --seeds.
 """
@@ -342,6 +347,66 @@ def polish_time(args):
                   f"{q.predicted_step_time_s:.4f} s", flush=True)
 
 
+# the steps ``timeline`` reports: ``milp._Solve``'s phases, and the module's builds, LPs, splits and neighbourhoods
+TIMELINE_STEPS = ("union_phase", "depth_phase", "round_union", "prove_early", "first_neighbourhood", "tail_split",
+                  "offload_pattern", "half_neighbourhoods", "searches", "settle", "pair_lps", "rens_at", "polish",
+                  "branch")
+TIMELINE_FUNCTIONS = ("build", "_highs_arrays", "_highs_solve", "_depth_split", "_offload_split", "_rens",
+                      "_offload_pattern", "_tier_neighbourhood", "_rounding", "_highs_mip")
+
+
+def timeline(args):
+    """One ``milp.solve`` per instance, each step (``TIMELINE_STEPS`` of ``milp._Solve``,
+    ``TIMELINE_FUNCTIONS`` of ``milp``, and ``search.heuristic_plan``) printed as it ends."""
+    import threading
+
+    import scipy.optimize  # noqa: F401  (its import, 0.5-0.6 s once per process, kept out of the first solve)
+
+    from lazytrain_jax.schedule import search
+    start = [0.0]
+    depth = threading.local()
+
+    def timed(fn, label):
+        def run(*a, **kw):
+            level = getattr(depth, "level", 0)
+            depth.level = level + 1
+            t = time.perf_counter() - start[0]
+            try:
+                value = fn(*a, **kw)
+            finally:
+                depth.level = level
+            end = time.perf_counter() - start[0]
+            step = getattr(value, "predicted_step_time_s", None)
+            if end - t < 1e-3 and step is None:
+                return value  # a step with nothing to do
+            print(f"  {'  ' * level}{label:24s} {t:7.3f} -> {end:7.3f} s ({end - t:6.3f} s) "
+                  f"[{threading.current_thread().name}]" + (f"  plan {step:.5f} s" if step is not None else ""),
+                  flush=True)
+            return value
+        return run
+
+    owners = [(milp._Solve, name) for name in TIMELINE_STEPS] + [(milp, name) for name in TIMELINE_FUNCTIONS] + \
+        [(search, "heuristic_plan")]
+    saved = [(owner, name, getattr(owner, name)) for owner, name in owners]
+    try:
+        for owner, name, fn in saved:
+            setattr(owner, name, timed(fn, name))
+        for spec in args.seeds:
+            c, hw = _search_instance(spec, args.layers)
+            warm = best_heuristic(c, hw)
+            stats = {}
+            print(f"timeline, {spec}, {args.layers} layers:", flush=True)
+            start[0] = time.perf_counter()
+            p = milp.solve(c, hw, warm_start=warm, rel_gap=1e-2, time_limit_s=args.time_limit or 20.0, stats=stats)
+            total = time.perf_counter() - start[0]
+            plan = "none fits" if p is None else \
+                f"plan {p.predicted_step_time_s:.5f} s, gap {100 * p.gap:.2f} %, proof {stats['proof']}"
+            print(f"  solve {total:.3f} s, {plan}", flush=True)
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+
+
 def varied_lps(args):
     for spec in args.seeds:
         c, hw, _ = varied_instance(int(spec), args.layers)
@@ -545,7 +610,8 @@ VARIED_FORM = ("varied seeds (non-negative integers)", r"\d+", [str(seed) for se
 SEED_FORMS = {"seeds": RANDOM_FORM, "root": RANDOM_FORM, "varied": VARIED_FORM, "varied-lps": VARIED_FORM,
               "kept": VARIED_FORM,
               "search": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"]),
-              "polish": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"])}
+              "polish": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"]),
+              "timeline": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"])}
 
 
 def checked_seeds(ap, probe: str, given):
@@ -568,19 +634,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probe", choices=["lps", "groups", "cbc", "windows", "seeds", "root", "varied", "varied-lps", "kept",
                                           "search", "polish", "shapes", "shape-lps", "pair-lps", "lp-paths", "leftover",
-                                          "builds"])
+                                          "builds", "timeline"])
     ap.add_argument("--layers", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs=2, default=(2, 1))
     ap.add_argument("--width", type=int, default=32)
     ap.add_argument("--nodes", type=int, default=100)
-    ap.add_argument("--time-limit", type=float, default=None, help="cbc: 120 s; varied: milp.solve's, 20 s")
+    ap.add_argument("--time-limit", type=float, default=None, help="cbc: 120 s; varied, timeline: milp.solve's, 20 s")
     ap.add_argument("--seeds", nargs="+", default=None, help="instances to run (their form and default by probe: above)")
     ap.add_argument("--no-preprocess", action="store_true")
     args = ap.parse_args()
     args.seeds = checked_seeds(ap, args.probe, args.seeds)
     {"lps": lps, "groups": groups, "cbc": cbc, "windows": windows, "seeds": seeds, "root": root, "varied": varied,
      "varied-lps": varied_lps, "kept": kept, "search": search_time, "polish": polish_time, "shapes": shapes, "shape-lps": shape_lps, "pair-lps": pair_lps,
-     "lp-paths": lp_paths, "builds": builds,
+     "lp-paths": lp_paths, "builds": builds, "timeline": timeline,
      "leftover": leftover}[args.probe](args)
 
 

@@ -33,6 +33,7 @@ def test_an_unknown_option_is_an_error(script):
     ("seeds", "3", "random instances SEED:NVME"),
     ("search", "-1", "'random' or varied seeds"),
     ("polish", "x", "'random' or varied seeds"),
+    ("timeline", "7:1", "'random' or varied seeds"),
 ])
 def test_planner_probes_names_a_seed_of_the_wrong_form(probe, spec, form):
     out = run("planner_probes.py", probe, "--seeds", "0" if probe != "seeds" else "1:1", spec)
@@ -48,6 +49,7 @@ def test_planner_probes_default_seeds_by_probe(monkeypatch):
     assert check(None, "seeds", None) == ["7:1", "8:1", "9:1", "8:0", "11:0"]
     assert check(None, "search", None) == ["random"]
     assert check(None, "polish", None) == ["random"]
+    assert check(None, "timeline", None) == ["random"]
     assert check(None, "shapes", None) == []
     assert check(None, "varied", ["3", "12"]) == ["3", "12"]
     assert check(None, "shapes", ["h200"]) == ["h200"]
