@@ -41,8 +41,8 @@
   timeline  one ``milp.solve`` per instance ("random" or a varied seed, --seeds) as ``planner.py`` (a)
             runs it, each of its steps as it ends: its start and end in seconds from the solve's
             start, its thread, and the plan's step time where the step returns one (nested steps
-            indented; LPs run beside the solve's own thread appear as they end; steps that took
-            under a millisecond and return no plan are left out)
+            indented, in the order they ended; steps that took under a millisecond and return no plan
+            are left out)
   builds    ``milp.build``'s seconds on the random row of ``planner.py`` at --layers: the union model
             and each depth pair's, median of five, and the models' sizes (to compare two commits)
   shapes    ``milp.solve`` on real model shapes at --layers layers (``shape_instances``: every model
@@ -365,6 +365,9 @@ def timeline(args):
     from lazytrain_jax.schedule import search
     start = [0.0]
     depth = threading.local()
+    # printed after each solve, in the order the steps ended: a line printed while a HiGHS run
+    # silences the process's stdout (``milp._quiet_stdout``) from another thread would be lost
+    lines = []
 
     def timed(fn, label):
         def run(*a, **kw):
@@ -379,9 +382,9 @@ def timeline(args):
             step = getattr(value, "predicted_step_time_s", None)
             if end - t < 1e-3 and step is None:
                 return value  # a step with nothing to do
-            print(f"  {'  ' * level}{label:24s} {t:7.3f} -> {end:7.3f} s ({end - t:6.3f} s) "
-                  f"[{threading.current_thread().name}]" + (f"  plan {step:.5f} s" if step is not None else ""),
-                  flush=True)
+            lines.append((end, f"  {'  ' * level}{label:24s} {t:7.3f} -> {end:7.3f} s ({end - t:6.3f} s) "
+                               f"[{threading.current_thread().name}]" +
+                               (f"  plan {step:.5f} s" if step is not None else "")))
             return value
         return run
 
@@ -395,10 +398,13 @@ def timeline(args):
             c, hw = _search_instance(spec, args.layers)
             warm = best_heuristic(c, hw)
             stats = {}
-            print(f"timeline, {spec}, {args.layers} layers:", flush=True)
+            print(f"timeline, {spec}, {args.layers} layers:")
             start[0] = time.perf_counter()
             p = milp.solve(c, hw, warm_start=warm, rel_gap=1e-2, time_limit_s=args.time_limit or 20.0, stats=stats)
             total = time.perf_counter() - start[0]
+            for _, line in sorted(lines):
+                print(line)
+            lines.clear()
             plan = "none fits" if p is None else \
                 f"plan {p.predicted_step_time_s:.5f} s, gap {100 * p.gap:.2f} %, proof {stats['proof']}"
             print(f"  solve {total:.3f} s, {plan}", flush=True)
@@ -607,11 +613,10 @@ def leftover(args):
 # (what a probe's --seeds are, a pattern each must match, the default)
 RANDOM_FORM = ("random instances SEED:NVME (integers)", r"\d+:\d+", ["7:1", "8:1", "9:1", "8:0", "11:0"])
 VARIED_FORM = ("varied seeds (non-negative integers)", r"\d+", [str(seed) for seed in range(40)])
+SEARCH_FORM = ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"])
 SEED_FORMS = {"seeds": RANDOM_FORM, "root": RANDOM_FORM, "varied": VARIED_FORM, "varied-lps": VARIED_FORM,
               "kept": VARIED_FORM,
-              "search": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"]),
-              "polish": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"]),
-              "timeline": ("'random' or varied seeds (non-negative integers)", r"random|\d+", ["random"])}
+              "search": SEARCH_FORM, "polish": SEARCH_FORM, "timeline": SEARCH_FORM}
 
 
 def checked_seeds(ap, probe: str, given):
