@@ -363,26 +363,28 @@ def timeline(args):
     import scipy.optimize  # noqa: F401  (its import, 0.5-0.6 s once per process, kept out of the first solve)
 
     from lazytrain_jax.schedule import search
-    start = [0.0]
+    starts = []  # each solve's start (a step is timed from its solve's, and printed with it)
     depth = threading.local()
     # printed after each solve, in the order the steps ended: a line printed while a HiGHS run
-    # silences the process's stdout (``milp._quiet_stdout``) from another thread would be lost
+    # silences the process's stdout (``milp._quiet_stdout``) from another thread would be lost.
+    # A step a solve leaves running that ends during the next solve is not printed
     lines = []
 
     def timed(fn, label):
         def run(*a, **kw):
             level = getattr(depth, "level", 0)
             depth.level = level + 1
-            t = time.perf_counter() - start[0]
+            solve, begun = len(starts), starts[-1] if starts else 0.0
+            t = time.perf_counter() - begun
             try:
                 value = fn(*a, **kw)
             finally:
                 depth.level = level
-            end = time.perf_counter() - start[0]
+            end = time.perf_counter() - begun
             step = getattr(value, "predicted_step_time_s", None)
             if end - t < 1e-3 and step is None:
                 return value  # a step with nothing to do
-            lines.append((end, f"  {'  ' * level}{label:24s} {t:7.3f} -> {end:7.3f} s ({end - t:6.3f} s) "
+            lines.append((solve, end, f"  {'  ' * level}{label:24s} {t:7.3f} -> {end:7.3f} s ({end - t:6.3f} s) "
                                f"[{threading.current_thread().name}]" +
                                (f"  plan {step:.5f} s" if step is not None else "")))
             return value
@@ -399,10 +401,11 @@ def timeline(args):
             warm = best_heuristic(c, hw)
             stats = {}
             print(f"timeline, {spec}, {args.layers} layers:")
-            start[0] = time.perf_counter()
+            starts.append(time.perf_counter())
             p = milp.solve(c, hw, warm_start=warm, rel_gap=1e-2, time_limit_s=args.time_limit or 20.0, stats=stats)
-            total = time.perf_counter() - start[0]
-            for _, line in sorted(lines):
+            total = time.perf_counter() - starts[-1]
+            ended = [(end, line) for solve, end, line in list(lines) if solve == len(starts)]
+            for _, line in sorted(ended):
                 print(line)
             lines.clear()
             plan = "none fits" if p is None else \
