@@ -36,7 +36,7 @@ def pytest_unconfigure(config):
     cleanup) down to one: the collection here, then every survivor frozen (``gc.freeze``), so
     that the five walk nothing. Each full collection took 0.5-0.8 s at the end of a worker's
     share of the suite; the five, with the rest of a worker's teardown, reached the 5 s that
-    pytest-xdist's transport (execnet) waits before it sends the worker SIGINT (in 2 of 3 full
+    pytest-xdist's transport (execnet) waits before it sends the worker SIGINT (in each of 3 full
     runs), and its KeyboardInterrupt was printed from inside JAX's garbage-collection callback."""
     if _OWN_CACHE is not None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
