@@ -37,7 +37,10 @@ def pytest_unconfigure(config):
     that the five walk nothing. Each full collection took 0.5-0.8 s at the end of a worker's
     share of the suite; the five, with the rest of a worker's teardown, reached the 5 s that
     pytest-xdist's transport (execnet) waits before it sends the worker SIGINT (in each of 3 full
-    runs), and its KeyboardInterrupt was printed from inside JAX's garbage-collection callback."""
+    runs), and its KeyboardInterrupt was printed from inside JAX's garbage-collection callback.
+    What only a later pass would have freed (garbage a finalizer makes during this one) is now
+    frozen instead, and an exception its finalizer would raise goes unreported; the process is
+    about to exit."""
     if _OWN_CACHE is not None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
     gc.collect()
